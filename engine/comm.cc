@@ -1,0 +1,110 @@
+#include "engine/comm.h"
+
+#include "engine/errors.h"
+
+#include <ATen/ATen.h>
+
+namespace zero3 {
+
+void AbortSignal::trip(int rank, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tripped_.load()) return;  // the first failure is the cause; later ones are its echoes
+  reason_ = "rank " + std::to_string(rank) + " failed: " + reason;
+  tripped_.store(true);
+}
+
+std::string AbortSignal::reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reason_;
+}
+
+void Comm::throw_if_aborted(const char* op) const {
+  if (options_.abort && options_.abort->tripped())
+    throw CommError("rank " + std::to_string(rank()) + ": " + op + " aborted because " +
+                    options_.abort->reason());
+}
+
+void Comm::fail(const char* op, const std::string& what) const {
+  throw CommError("rank " + std::to_string(rank()) + ": " + op + ": " + what);
+}
+
+void Comm::all_gather(const at::Tensor& shard, at::Tensor& out) {
+  if (out.numel() != shard.numel() * world_size())
+    fail("all_gather", "output has " + std::to_string(out.numel()) + " elements, expected " +
+                           std::to_string(shard.numel() * world_size()));
+  throw_if_aborted("all_gather");
+  ++stats_.collectives;
+  stats_.all_gather_elements += out.numel();
+  if (out.numel() == 0) return;
+  do_all_gather(shard.contiguous(), out);
+}
+
+void Comm::reduce_scatter_uncounted(const at::Tensor& input, at::Tensor& out) {
+  const int64_t n = world_size();
+  if (input.numel() != out.numel() * n)
+    fail("reduce_scatter", "input has " + std::to_string(input.numel()) +
+                               " elements, expected " + std::to_string(out.numel() * n));
+  throw_if_aborted("reduce_scatter");
+  if (out.numel() == 0) return;
+  // All-to-all moves (N-1)/N of the buffer per rank, exactly what a ring reduce-scatter moves;
+  // the sum then runs locally in rank order so every backend gives the same bits.
+  at::Tensor received = at::empty_like(input);
+  do_all_to_all(input.contiguous(), received);
+  const int64_t c = out.numel();
+  at::Tensor sum = received.narrow(0, 0, c).clone();
+  for (int64_t j = 1; j < n; ++j) sum.add_(received.narrow(0, j * c, c));
+  out.copy_(sum);
+}
+
+void Comm::reduce_scatter_sum(const at::Tensor& input, at::Tensor& out) {
+  ++stats_.collectives;
+  stats_.reduce_scatter_elements += input.numel();
+  reduce_scatter_uncounted(input, out);
+}
+
+void Comm::all_reduce_sum(at::Tensor& tensor) {
+  ++stats_.collectives;
+  const int64_t n = world_size();
+  const int64_t numel = tensor.numel();
+  const int64_t c = (numel + n - 1) / n;
+  stats_.all_reduce_elements += 2 * c * n;
+  if (numel == 0) return;
+  at::Tensor padded = at::zeros({c * n}, tensor.options());
+  padded.narrow(0, 0, numel).copy_(tensor.reshape({-1}));
+  at::Tensor mine = at::empty({c}, tensor.options());
+  reduce_scatter_uncounted(padded, mine);
+  at::Tensor full = at::empty({c * n}, tensor.options());
+  throw_if_aborted("all_reduce");
+  do_all_gather(mine, full);
+  tensor.copy_(full.narrow(0, 0, numel).view(tensor.sizes()));
+}
+
+void Comm::all_to_all(const at::Tensor& input, at::Tensor& out) {
+  if (input.numel() != out.numel() || input.numel() % world_size() != 0)
+    fail("all_to_all", "input of " + std::to_string(input.numel()) + " and output of " +
+                           std::to_string(out.numel()) + " elements do not split into " +
+                           std::to_string(world_size()) + " equal chunks");
+  throw_if_aborted("all_to_all");
+  ++stats_.collectives;
+  stats_.all_to_all_elements += input.numel();
+  if (input.numel() == 0) return;
+  do_all_to_all(input.contiguous(), out);
+}
+
+void Comm::broadcast(at::Tensor& tensor, int root) {
+  if (root < 0 || root >= world_size())
+    fail("broadcast", "root " + std::to_string(root) + " is outside the world");
+  throw_if_aborted("broadcast");
+  ++stats_.collectives;
+  stats_.broadcast_elements += tensor.numel();
+  if (tensor.numel() == 0) return;
+  do_broadcast(tensor, root);
+}
+
+void Comm::barrier() {
+  throw_if_aborted("barrier");
+  ++stats_.collectives;
+  do_barrier();
+}
+
+}  // namespace zero3

@@ -1,0 +1,106 @@
+// Comm: the collectives the ZeRO-3 schedule needs, with timeouts and element accounting.
+//
+// Implementations: LocalComm (ranks are threads sharing memory; fast and deterministic, for
+// tests and fuzzing) and C10dComm (a real c10d backend: Gloo on CPU, NCCL on GPU). Both sum
+// reductions in rank order 0..N-1, so they give bit-identical training and a dense baseline
+// that accumulates micro-batch gradients in the same order matches them exactly.
+//
+// Accounting: each call adds the size of the full (world-wide) buffer it moves: all_gather its
+// output (c*N), reduce_scatter its input (c*N), all_reduce twice its size (it is a reduce-scatter
+// followed by an all-gather), all_to_all its input. Reduce-scatter is never all-reduce + slice.
+//
+// Requires: every rank calls the collectives in the same order with the same sizes.
+// Thread-safety: one Comm per rank; a Comm is used by one thread at a time.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace zero3 {
+
+// Shared by the ranks of one world: the first failing rank trips it, and every rank waiting in
+// a collective then throws CommError instead of waiting for its timeout.
+class AbortSignal {
+ public:
+  void trip(int rank, const std::string& reason);
+  bool tripped() const { return tripped_.load(); }
+  // Returns "rank R failed: reason" (empty when not tripped).
+  std::string reason() const;
+
+ private:
+  std::atomic<bool> tripped_{false};
+  mutable std::mutex mutex_;
+  std::string reason_;
+};
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{30000};
+  std::shared_ptr<AbortSignal> abort = std::make_shared<AbortSignal>();
+};
+
+struct CommStats {
+  int64_t all_gather_elements = 0;
+  int64_t reduce_scatter_elements = 0;
+  int64_t all_reduce_elements = 0;
+  int64_t all_to_all_elements = 0;
+  int64_t broadcast_elements = 0;
+  int64_t collectives = 0;
+};
+
+class Comm {
+ public:
+  explicit Comm(CommOptions options) : options_(std::move(options)) {}
+  virtual ~Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // "local", "gloo", "nccl".
+  virtual std::string backend() const = 0;
+
+  // Fills `out` (c*N elements) with every rank's `shard` (c elements) in rank order.
+  // Throws CommError on timeout, abort or size mismatch.
+  void all_gather(const at::Tensor& shard, at::Tensor& out);
+  // Fills `out` (c elements) with the rank-order sum of every rank's slice [rank*c, (rank+1)*c)
+  // of `input` (c*N elements). Throws CommError on timeout, abort or size mismatch.
+  void reduce_scatter_sum(const at::Tensor& input, at::Tensor& out);
+  // Replaces `tensor` (1-D, any size) with the rank-order sum over ranks.
+  void all_reduce_sum(at::Tensor& tensor);
+  // Sends chunk j of `input` (N equal chunks) to rank j; `out` chunk j comes from rank j.
+  void all_to_all(const at::Tensor& input, at::Tensor& out);
+  // Copies root's `tensor` into every rank's `tensor` (same shape everywhere).
+  void broadcast(at::Tensor& tensor, int root);
+  void barrier();
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+  const CommOptions& options() const { return options_; }
+
+ protected:
+  // Implementations move contiguous fp32/any-dtype 1-D tensors; the base class checks sizes,
+  // counts elements and turns aborts and timeouts into CommError.
+  virtual void do_all_gather(const at::Tensor& shard, at::Tensor& out) = 0;
+  // Fills `received` (c*N) so that chunk j holds rank j's slice for this rank.
+  virtual void do_all_to_all(const at::Tensor& input, at::Tensor& received) = 0;
+  virtual void do_broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void do_barrier() = 0;
+
+  // Throws CommError when a peer failed. Implementations call it while they wait.
+  void throw_if_aborted(const char* op) const;
+  [[noreturn]] void fail(const char* op, const std::string& what) const;
+
+ private:
+  void reduce_scatter_uncounted(const at::Tensor& input, at::Tensor& out);
+
+  CommOptions options_;
+  CommStats stats_;
+};
+
+}  // namespace zero3

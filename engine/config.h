@@ -1,0 +1,62 @@
+// Config: the DeepSpeed-compatible JSON subset zerocheck's engine understands.
+//
+// The keys live in one X-macro table (below) that drives parsing, validation, serialisation and
+// the docs, so a key cannot be accepted in one place and forgotten in another. Anything outside
+// the table is an error: a typo in a config must never be silently ignored.
+//
+// Throws ConfigError whose message starts with the JSON path of the culprit
+// ("zero_optimization.stage: ...").
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace zero3 {
+
+inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
+
+// X(key, default, min, max, description): integer keys at the top level.
+#define ZERO3_TOP_LEVEL_INT_KEYS(X)                                                              \
+  X(train_micro_batch_size_per_gpu, 1, 1, kConfigIntMax, "samples per rank per micro-step")    \
+  X(gradient_accumulation_steps, 1, 1, kConfigIntMax, "micro-steps per optimizer step")        \
+  X(steps_per_print, 10, 1, kConfigIntMax, "log every this many optimizer steps")              \
+  X(train_batch_size, 0, 1, kConfigIntMax,                                                     \
+    "if set: must equal micro batch * accumulation * world size")
+
+// X(key, default, min, max, description): integer keys inside "zero_optimization".
+#define ZERO3_ZERO_INT_KEYS(X)                                                                   \
+  X(stage, 3, 3, 3, "ZeRO stage; zerocheck implements stage 3 only")                            \
+  X(stage3_param_persistence_threshold, 100000, 0, std::numeric_limits<int64_t>::max(),        \
+    "parameters with at most this many elements stay whole on every rank")                      \
+  X(reduce_bucket_size, 500000000, 1, std::numeric_limits<int64_t>::max(),                     \
+    "elements per gradient reduction bucket (validated; reductions run per parameter)")
+
+struct ZeroOptimizationConfig {
+#define ZERO3_DECLARE_MEMBER(key, def, lo, hi, doc) int64_t key = def;
+  ZERO3_ZERO_INT_KEYS(ZERO3_DECLARE_MEMBER)
+};
+
+struct Config {
+  ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_DECLARE_MEMBER)
+#undef ZERO3_DECLARE_MEMBER
+  ZeroOptimizationConfig zero_optimization;
+
+  // Returns the config parsed from JSON text. Throws ConfigError naming the JSON path.
+  static Config parse(std::string_view json_text);
+  // Returns the config read from a parsed JSON value. Throws ConfigError naming the JSON path.
+  static Config from_json(const nlohmann::json& json);
+  // Returns the JSON form: every key with its value (train_batch_size only when set).
+  nlohmann::json to_json() const;
+
+  // Throws ConfigError when train_batch_size is set and disagrees with the world size.
+  void check_world_size(int world_size) const;
+
+  // Returns one line per key with its default and description, for `--help` and the README.
+  static std::string describe_keys();
+};
+
+}  // namespace zero3

@@ -1,0 +1,133 @@
+// zero3::Engine: ZeRO stage 3 over a zero3::Module tree, one engine per rank.
+//
+// The schedule, per module call: gather the module's own parameters -> forward -> release; on
+// the module's outputs a small autograd function re-gathers them just before the module's
+// backward; when a parameter's full gradient has accumulated, a hook on its gradient
+// accumulator reduce-scatters it into this rank's averaged shard gradient, frees it and
+// releases the parameter. step() updates fp32 shards only, with the user's optimizer rebuilt
+// over them. Outside forward/backward no partitioned parameter holds full data.
+//
+// Engine state never lives on user objects: ids, shards, statuses and hooks are in the engine's
+// own tables, keyed by object identity; ids come from a per-engine counter.
+//
+// Requires: every rank builds the same tree and calls initialize, forward (with the same route),
+// backward, step, checkpointing and release in the same order.
+// Thread-safety: an engine belongs to its rank's thread.
+#pragma once
+
+#include "engine/comm.h"
+#include "engine/config.h"
+#include "engine/faults.h"
+#include "engine/module.h"
+#include "engine/param_status.h"
+#include "engine/shard_layout.h"
+
+#include <ATen/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zero3 {
+
+struct EngineState;
+
+struct EngineOptions {
+  Fault fault = Fault::none;  // a planted fault from the catalogue; none for the reference engine
+};
+
+// What the engine knows about one parameter, for tests and oracles (copies; tensors shared).
+struct ManagedParamView {
+  int64_t id;
+  std::string path;
+  std::vector<int64_t> shape;
+  ShardLayout layout;
+  bool persistent;
+  bool trainable;
+  ParamStatus status;
+  at::Tensor param;       // the model's tensor
+  at::Tensor master;      // this rank's fp32 slice, or the whole parameter when persistent
+  at::Tensor grad_shard;  // undefined before the first backward and after zero_grad
+};
+
+class Engine {
+ public:
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs the model on `input`, choosing experts by `route`. Collective.
+  // Throws UsageError when released, or when ranks pass different routes.
+  at::Tensor forward(const at::Tensor& input, const Route& route = Route());
+  // Back-propagates `loss` and leaves averaged shard gradients. Collective.
+  void backward(const at::Tensor& loss);
+  // Applies the optimizer to the shards once every gradient_accumulation_steps calls.
+  void step();
+  // Zeroes shard gradients in place (LibTorch 1.13's optimizer default), so a parameter that
+  // skips a step (an expert nobody routed to) still steps with a zero gradient, as in dense
+  // training.
+  void zero_grad();
+
+  // Restores full parameters into the model, removes hooks and lets go of the model and the
+  // optimizer so they can be initialized again. Collective. Idempotent.
+  void release();
+  bool released() const;
+
+  // Returns the engine's id for `module`. Throws UsageError when the module is not managed.
+  int64_t module_id(const Module& module) const;
+  std::vector<ManagedParamView> params() const;
+  const Config& config() const;
+  Comm& comm();
+  torch::optim::Optimizer& optimizer();
+  Fault fault() const;
+
+  // Returns the bytes this rank holds for model state: model tensors, fp32 shards, shard
+  // gradients and optimizer state.
+  int64_t measured_state_bytes() const;
+  // Returns Σ c*N over partitioned parameters: the size of one all-gather (or reduce-scatter) of
+  // every partitioned parameter. A step where each module runs once moves 3x this.
+  int64_t partitioned_padded_elements() const;
+
+  // Returns the full parameters by path on rank 0 and an empty map elsewhere. Collective.
+  std::map<std::string, at::Tensor> consolidated_state_dict();
+  // Writes this rank's shards and optimizer state under `dir` (temp file + rename). Collective.
+  // Throws CheckpointError when the directory cannot be written.
+  void save_checkpoint(const std::string& dir);
+  // Reads what save_checkpoint wrote for the same world size and model. Collective.
+  // Throws CheckpointError naming the file and the mismatch.
+  void load_checkpoint(const std::string& dir);
+
+ private:
+  friend std::unique_ptr<Engine> initialize(std::shared_ptr<Module>, torch::optim::Optimizer&,
+                                            const Config&, Comm&, EngineOptions);
+  friend class GatheredParameters;
+  explicit Engine(std::shared_ptr<EngineState> state);
+  std::shared_ptr<EngineState> state_;
+};
+
+// Wraps `model` for ZeRO-3 training: partitions its parameters over comm's ranks and rebuilds
+// `optimizer` (built by the user over the model's parameters) over the fp32 shards. Collective.
+// Throws ConfigError for a bad config, OptimizerMismatch when the optimizer does not cover
+// exactly the model's trainable parameters, AlreadyInitialized when the model, a module of it or
+// the optimizer is managed by a live engine (nothing is changed then).
+std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::Optimizer& optimizer,
+                                   const Config& config, Comm& comm,
+                                   EngineOptions options = EngineOptions());
+
+// Gathers full parameters of `module` (and its descendants) for reading while it lives, like
+// DeepSpeed's GatheredParameters; releases them after. Collective on construction.
+class GatheredParameters {
+ public:
+  GatheredParameters(Engine& engine, const Module& module);
+  ~GatheredParameters();
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+ private:
+  std::shared_ptr<EngineState> state_;
+  std::vector<int64_t> gathered_;
+};
+
+}  // namespace zero3

@@ -1,0 +1,33 @@
+#include "engine/faults.h"
+
+namespace zero3 {
+
+const std::vector<FaultInfo>& fault_catalogue() {
+  static const std::vector<FaultInfo> catalogue = {
+#define ZERO3_FAULT_INFO(id, name, invariant, doc) {Fault::id, name, invariant, doc},
+      ZERO3_FAULTS(ZERO3_FAULT_INFO)
+#undef ZERO3_FAULT_INFO
+  };
+  return catalogue;
+}
+
+std::string_view fault_name(Fault fault) {
+  for (const auto& info : fault_catalogue())
+    if (info.fault == fault) return info.name;
+  return "reference";
+}
+
+std::optional<Fault> fault_by_name(std::string_view name) {
+  if (name == "reference") return Fault::none;
+  for (const auto& info : fault_catalogue())
+    if (info.name == name) return info.fault;
+  return std::nullopt;
+}
+
+std::string engine_names() {
+  std::string out = "reference";
+  for (const auto& info : fault_catalogue()) out += ", " + std::string(info.name);
+  return out;
+}
+
+}  // namespace zero3

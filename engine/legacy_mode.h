@@ -1,0 +1,21 @@
+// The legacy modes: what upstream DeepSpeed writes onto users' modules and parameters.
+//
+// legacy-0.15.4 walks the tree in pre-order and sets `module.id` from a counter that is a
+// mutable default argument upstream, i.e. global to the process and growing across initialize
+// calls (root 0, +1 per child visited, a shared child visited once per place). legacy-ds-id
+// writes the same counter to `ds_id`. Both also write the ds_* names of upstream_names.h. Ranks
+// that are threads each get their own counter, as each upstream rank is its own process.
+#pragma once
+
+namespace zero3 {
+
+struct EngineState;
+
+// Writes the upstream names when the engine runs a legacy mode; does nothing otherwise.
+void apply_legacy_writes(EngineState& state);
+
+// Starts every rank's legacy counter again at 0, as a fresh process would. The harness calls it
+// before each scenario so a replay does not depend on what ran before it.
+void reset_legacy_counters();
+
+}  // namespace zero3

@@ -1,0 +1,84 @@
+#include "engine/module.h"
+
+#include "engine/errors.h"
+
+#include <unordered_set>
+
+namespace zero3 {
+namespace {
+
+thread_local ForwardInterceptor* current_interceptor = nullptr;
+
+void visit_unique(const std::string& path, const std::shared_ptr<Module>& module,
+                  std::unordered_set<const Module*>& seen, std::vector<ModuleAtPath>& out) {
+  if (!seen.insert(module.get()).second) return;
+  out.push_back({path, module});
+  for (const auto& [name, child] : module->named_zero3_children())
+    visit_unique(path.empty() ? name : path + "." + name, child, seen, out);
+}
+
+}  // namespace
+
+int64_t Route::next(const std::string& where) {
+  if (next_ >= choices_.size())
+    throw UsageError(where + ": the route has no expert choice left (it holds " +
+                     std::to_string(choices_.size()) + ")");
+  return choices_[next_++];
+}
+
+InterceptorScope::InterceptorScope(ForwardInterceptor* interceptor)
+    : previous_(current_interceptor) {
+  current_interceptor = interceptor;
+}
+
+InterceptorScope::~InterceptorScope() { current_interceptor = previous_; }
+
+Module::Module(std::string kind) : torch::nn::Module(kind), kind_(std::move(kind)) {}
+
+at::Tensor Module::operator()(const at::Tensor& input, Route& route) {
+  auto body = [&](const at::Tensor& x) { return forward(x, route); };
+  if (current_interceptor == nullptr) return body(input);
+  return current_interceptor->around_forward(*this, input, body);
+}
+
+at::Tensor Module::operator()(const at::Tensor& input) {
+  Route empty;
+  return (*this)(input, empty);
+}
+
+AttrDict& Module::param_attrs(const std::string& name) {
+  if (named_parameters(/*recurse=*/false).find(name) == nullptr)
+    throw AttributeError(kind_ + " has no parameter '" + name + "'");
+  return param_attrs_[name];
+}
+
+const AttrDict* Module::find_param_attrs(const std::string& name) const {
+  auto it = param_attrs_.find(name);
+  return it == param_attrs_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_zero3_children() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& item : named_children()) {
+    if (auto child = std::dynamic_pointer_cast<Module>(item.value()))
+      out.emplace_back(item.key(), std::move(child));
+  }
+  return out;
+}
+
+std::vector<at::Tensor> unique_parameters(const Module& root) {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& p : root.parameters(/*recurse=*/true))
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  return out;
+}
+
+std::vector<ModuleAtPath> unique_modules(const std::shared_ptr<Module>& root) {
+  std::vector<ModuleAtPath> out;
+  std::unordered_set<const Module*> seen;
+  visit_unique("", root, seen, out);
+  return out;
+}
+
+}  // namespace zero3

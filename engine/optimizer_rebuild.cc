@@ -1,0 +1,66 @@
+#include "engine/optimizer_rebuild.h"
+
+#include "engine/errors.h"
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+namespace zero3 {
+namespace {
+
+template <class Optim, class Options>
+std::unique_ptr<torch::optim::Optimizer> rebuild_as(
+    Optim& user, const std::function<at::Tensor(const at::Tensor&)>& replacement) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& group : user.param_groups()) {
+    std::vector<at::Tensor> params;
+    for (const auto& p : group.params()) params.push_back(replacement(p));
+    groups.emplace_back(std::move(params), group.options().clone());
+  }
+  const auto& defaults = static_cast<const Options&>(user.defaults());
+  return std::make_unique<Optim>(std::move(groups), defaults);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
+    torch::optim::Optimizer& user, const std::function<at::Tensor(const at::Tensor&)>& replacement) {
+  if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(&user))
+    return rebuild_as<torch::optim::AdamW, torch::optim::AdamWOptions>(*adamw, replacement);
+  if (auto* adam = dynamic_cast<torch::optim::Adam*>(&user))
+    return rebuild_as<torch::optim::Adam, torch::optim::AdamOptions>(*adam, replacement);
+  if (auto* sgd = dynamic_cast<torch::optim::SGD*>(&user))
+    return rebuild_as<torch::optim::SGD, torch::optim::SGDOptions>(*sgd, replacement);
+  throw UsageError(std::string("unsupported optimizer type ") + typeid(user).name() +
+                   "; zerocheck's engine rebuilds Adam, AdamW and SGD");
+}
+
+int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer) {
+  const auto& options = optimizer.param_groups().at(0).options();
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options))
+    return adamw->amsgrad() ? 3 : 2;
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options))
+    return adam->amsgrad() ? 3 : 2;
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&options))
+    return sgd->momentum() != 0 ? 1 : 0;
+  return 0;
+}
+
+int64_t state_numel(torch::optim::Optimizer& optimizer) {
+  int64_t total = 0;
+  auto count = [&](const at::Tensor& t) { total += t.defined() ? t.numel() : 0; };
+  for (const auto& entry : optimizer.state()) {
+    const auto* state = entry.second.get();
+    if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
+    } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
+    } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      count(s->momentum_buffer());
+    }
+  }
+  return total;
+}
+
+}  // namespace zero3

@@ -1,0 +1,28 @@
+// Rebuilding the user's optimizer over the engine's fp32 shards, as deepspeed.initialize does.
+//
+// Supported: torch::optim::Adam, AdamW and SGD. Each of the user's parameter groups becomes a
+// group with the same options over the replacement tensors, in the same order.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+
+namespace zero3 {
+
+// Returns a new optimizer of `user`'s type and per-group options whose parameters are
+// `replacement(p)` for each of the user's parameters p.
+// Throws UsageError naming the type when the optimizer kind is not supported.
+std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
+    torch::optim::Optimizer& user, const std::function<at::Tensor(const at::Tensor&)>& replacement);
+
+// Returns how many state tensors of a parameter's size the optimizer keeps per trainable
+// parameter (Adam: 2, or 3 with amsgrad; SGD: 1 with momentum, else 0).
+int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer);
+
+// Returns the number of elements held in the optimizer's per-parameter state tensors.
+int64_t state_numel(torch::optim::Optimizer& optimizer);
+
+}  // namespace zero3

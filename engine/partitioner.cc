@@ -1,0 +1,93 @@
+#include "engine/partitioner.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+namespace zero3 {
+namespace {
+
+// The model tensor's data swaps under autograd's feet by design: a layer that saved the
+// parameter for backward sees whatever data it holds when backward runs (re-gathered by then).
+void swap_data(at::Tensor& param, const at::Tensor& data) {
+  at::NoGradGuard no_grad;
+  param.set_data(data);
+}
+
+at::Tensor empty_like_param(const at::Tensor& param) {
+  return at::empty({0}, param.options().requires_grad(false));
+}
+
+}  // namespace
+
+void Partitioner::partition(ManagedParam& p) {
+  at::NoGradGuard no_grad;
+  if (p.persistent) {
+    p.master = p.param;
+    p.status = ParamStatus::Available;
+    return;
+  }
+  p.master = p.layout.shard_of(p.param.detach().to(at::kFloat), comm_.rank());
+  if (fault_ == Fault::shard_offset_off_by_one && p.layout.numel > 1) {
+    at::Tensor flat = p.layout.pad(p.param.detach().to(at::kFloat));
+    const int64_t start = std::min(p.layout.begin(comm_.rank()) + 1, flat.numel() - p.layout.chunk());
+    p.master = flat.narrow(0, start, p.layout.chunk()).clone();
+  }
+  if (fault_ == Fault::uninitialised_padding) {
+    const int64_t real = p.layout.real_in_shard(comm_.rank());
+    p.master.narrow(0, real, p.layout.chunk() - real).fill_(0.5f);  // what "uninitialised" may hold
+  }
+  swap_data(p.param, empty_like_param(p.param));
+  p.status = ParamStatus::NotAvailable;
+}
+
+void Partitioner::gather(ManagedParam& p) {
+  if (p.persistent || p.status == ParamStatus::Available) return;
+  transition(p.status, ParamStatus::Inflight, p.path);
+  at::Tensor full = at::empty({p.layout.padded_numel()}, p.master.options());
+  comm_.all_gather(p.master, full);
+  transition(p.status, ParamStatus::Available, p.path);
+  swap_data(p.param, full.narrow(0, 0, p.layout.numel).view(p.shape));
+}
+
+void Partitioner::release(ManagedParam& p) {
+  if (p.persistent || p.status != ParamStatus::Available) return;
+  transition(p.status, ParamStatus::NotAvailable, p.path);
+  swap_data(p.param, empty_like_param(p.param));
+}
+
+void Partitioner::reduce_gradient(ManagedParam& p) {
+  at::Tensor full_grad = p.param.grad();
+  if (!full_grad.defined()) return;
+  at::NoGradGuard no_grad;
+  const int world = comm_.world_size();
+  at::Tensor averaged;
+  if (p.persistent) {
+    averaged = full_grad.reshape({-1}).clone();
+    comm_.all_reduce_sum(averaged);
+    averaged = averaged.view(p.shape);
+  } else {
+    averaged = at::empty({p.layout.chunk()}, full_grad.options());
+    at::Tensor padded = p.layout.pad(full_grad);
+    if (fault_ == Fault::reduce_scatter_wrong_shard) padded = padded.roll(-p.layout.chunk());
+    comm_.reduce_scatter_sum(padded, averaged);
+  }
+  // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
+  // by the world size the same way, so the bits agree.
+  averaged.div_(fault_ == Fault::wrong_gradient_divisor ? world + 1 : world);
+  p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(averaged) : averaged;
+  p.param.mutable_grad() = at::Tensor();
+  release(p);
+}
+
+void Partitioner::restore_full(ManagedParam& p) {
+  if (p.persistent) return;
+  gather(p);
+  at::NoGradGuard no_grad;
+  swap_data(p.param, p.param.detach().clone());  // own storage, not a view of the gather buffer
+  p.persistent = true;
+  p.master = p.param;
+}
+
+}  // namespace zero3

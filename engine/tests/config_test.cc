@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include "engine/config.h"
+#include "engine/errors.h"
+
+#include <nlohmann/json.hpp>
+
+namespace zero3 {
+namespace {
+
+// Returns the ConfigError message for `text`, failing the test when it parses.
+std::string error_of(const std::string& text) {
+  try {
+    Config::parse(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << text;
+  return {};
+}
+
+TEST(Config, ParsesTheSeedConfig) {
+  Config c = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+      "steps_per_print": 1, "zero_optimization": {"stage": 3}})");
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 1);
+  EXPECT_EQ(c.steps_per_print, 1);
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100000);
+}
+
+TEST(Config, RoundTripsThroughJson) {
+  Config c = Config::parse(
+      R"({"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3,
+          "stage3_param_persistence_threshold": 0, "reduce_bucket_size": 1000}})");
+  Config again = Config::from_json(c.to_json());
+  EXPECT_EQ(again.to_json(), c.to_json());
+  EXPECT_EQ(again.gradient_accumulation_steps, 4);
+  EXPECT_EQ(again.zero_optimization.reduce_bucket_size, 1000);
+}
+
+TEST(Config, ErrorsNameTheJsonPath) {
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 2}})").rfind("zero_optimization.stage:", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stag": 3}})").rfind("zero_optimization.stag: unknown key", 0), 0u);
+  EXPECT_EQ(error_of(R"({"train_micro_batch_size": 1})").rfind("train_micro_batch_size: unknown key", 0), 0u);
+  EXPECT_EQ(error_of(R"({"steps_per_print": true})").rfind("steps_per_print: expected an integer", 0), 0u);
+  EXPECT_EQ(error_of(R"({"steps_per_print": 1.5})").rfind("steps_per_print: expected an integer", 0), 0u);
+  EXPECT_EQ(error_of(R"({"steps_per_print": "1"})").rfind("steps_per_print: expected an integer", 0), 0u);
+  EXPECT_EQ(error_of(R"({"gradient_accumulation_steps": 0})").rfind("gradient_accumulation_steps: value 0 is out of range", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage3_param_persistence_threshold": -1}})")
+                .rfind("zero_optimization.stage3_param_persistence_threshold:", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"reduce_bucket_size": 18446744073709551615}})")
+                .rfind("zero_optimization.reduce_bucket_size: value", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": 3})").rfind("zero_optimization: expected an object", 0), 0u);
+  EXPECT_EQ(error_of("[1, 2]").rfind("$: expected an object", 0), 0u);
+  EXPECT_EQ(error_of("{\"stage\": ").rfind("$: malformed JSON at byte", 0), 0u);
+  EXPECT_EQ(error_of("").rfind("$: malformed JSON", 0), 0u);
+}
+
+TEST(Config, TrainBatchSizeMustAgreeWithTheWorld) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2})");
+  EXPECT_NO_THROW(c.check_world_size(4));
+  EXPECT_THROW(c.check_world_size(3), ConfigError);
+}
+
+TEST(Config, DescribesEveryKey) {
+  const std::string text = Config::describe_keys();
+  for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                          "zero_optimization.stage3_param_persistence_threshold"})
+    EXPECT_NE(text.find(key), std::string::npos) << key;
+}
+
+}  // namespace
+}  // namespace zero3

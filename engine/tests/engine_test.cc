@@ -1,0 +1,120 @@
+// initialize's checks and the engine's promises that do not need a dense baseline.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/layers.h"
+#include "harness/world.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+namespace zero3 {
+namespace {
+
+std::shared_ptr<Sequential> two_linears() {
+  auto root = std::make_shared<Sequential>();
+  root->push_back(std::make_shared<Linear>(3, 5));
+  root->push_back(std::make_shared<Linear>(5, 2));
+  init_parameters(*root, 3);
+  return root;
+}
+
+template <class Body>
+void on_one_rank(Body&& body) {
+  zerocheck::WorldOptions o;
+  o.world_size = 1;
+  zerocheck::run_world(o, [&](Comm& comm) { body(comm); });
+}
+
+std::string mismatch_of(const std::shared_ptr<Module>& model, torch::optim::Optimizer& optimizer,
+                        Comm& comm) {
+  try {
+    initialize(model, optimizer, Config(), comm);
+  } catch (const OptimizerMismatch& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(Initialize, OptimizerMustCoverExactlyTheTrainableParameters) {
+  on_one_rank([](Comm& comm) {
+    auto model = two_linears();
+    auto params = unique_parameters(*model);
+
+    std::vector<at::Tensor> missing(params.begin(), params.end() - 1);
+    torch::optim::Adam partial(missing, torch::optim::AdamOptions(0.1));
+    EXPECT_NE(mismatch_of(model, partial, comm).find("'1.bias' is trainable but not in the optimizer"),
+              std::string::npos);
+
+    auto extra = params;
+    extra.push_back(at::zeros({3}, at::TensorOptions().requires_grad(true)));
+    torch::optim::Adam foreign(extra, torch::optim::AdamOptions(0.1));
+    EXPECT_NE(mismatch_of(model, foreign, comm).find("is not a parameter of the model"),
+              std::string::npos);
+
+    auto twice = params;
+    twice.push_back(params[0]);
+    torch::optim::SGD duplicated(twice, torch::optim::SGDOptions(0.1));
+    EXPECT_NE(mismatch_of(model, duplicated, comm).find("appears twice"), std::string::npos);
+
+    params[0].set_requires_grad(false);
+    torch::optim::Adam with_frozen(params, torch::optim::AdamOptions(0.1));
+    EXPECT_NE(mismatch_of(model, with_frozen, comm).find("'0.weight') is frozen"), std::string::npos);
+  });
+}
+
+TEST(Initialize, RebuildsTheUsersOptimizerKindAndOptions) {
+  on_one_rank([](Comm& comm) {
+    auto model = two_linears();
+    torch::optim::SGD user(unique_parameters(*model), torch::optim::SGDOptions(0.25).momentum(0.5));
+    auto engine = initialize(model, user, Config(), comm);
+    auto* sgd = dynamic_cast<torch::optim::SGD*>(&engine->optimizer());
+    ASSERT_NE(sgd, nullptr);
+    const auto& options =
+        static_cast<const torch::optim::SGDOptions&>(sgd->param_groups().at(0).options());
+    EXPECT_EQ(options.lr(), 0.25);
+    EXPECT_EQ(options.momentum(), 0.5);
+    // It steps the engine's shards, not the user's tensors.
+    for (const auto& p : sgd->param_groups().at(0).params())
+      EXPECT_EQ(p.dim(), engine->params().at(0).persistent ? p.dim() : 1);
+  });
+}
+
+TEST(Initialize, BadConfigIsAConfigErrorNamingTheKey) {
+  on_one_rank([](Comm& comm) {
+    auto model = two_linears();
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+    Config c = Config::parse(R"({"train_batch_size": 3})");
+    try {
+      initialize(model, user, c, comm);
+      FAIL() << "accepted a train_batch_size that disagrees with the world";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("train_batch_size", 0), 0u) << e.what();
+    }
+  });
+}
+
+TEST(Engine, ReleasedEngineRefusesWorkAndRestoresTheModel) {
+  zerocheck::WorldOptions o;
+  o.world_size = 2;
+  zerocheck::run_world(o, [](Comm& comm) {
+    auto model = two_linears();
+    auto reference = two_linears();
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+    Config c;
+    c.zero_optimization.stage3_param_persistence_threshold = 0;
+    auto engine = initialize(model, user, c, comm);
+    engine->release();
+    EXPECT_TRUE(engine->released());
+    EXPECT_THROW(engine->forward(at::ones({1, 3})), UsageError);
+    auto restored = unique_parameters(*model);
+    auto expected = unique_parameters(*reference);
+    for (size_t i = 0; i < restored.size(); ++i) EXPECT_TRUE(at::equal(restored[i], expected[i]));
+    engine->release();  // idempotent
+  });
+}
+
+}  // namespace
+}  // namespace zero3

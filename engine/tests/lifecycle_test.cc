@@ -1,0 +1,124 @@
+// The schedule, observed from inside: full data exactly while a module runs forward and
+// backward, empty otherwise, and GatheredParameters for reading.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/layers.h"
+#include "harness/dense_baseline.h"
+#include "harness/world.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+
+namespace zero3 {
+namespace {
+
+// A Linear that records how many elements its weight holds when its forward runs.
+class ProbeLinear final : public Module {
+ public:
+  ProbeLinear() : Module("ProbeLinear") {
+    weight = register_parameter("weight", at::zeros({4, 4}));
+  }
+  at::Tensor weight;
+  std::vector<int64_t> seen_numel;
+
+ protected:
+  at::Tensor forward(const at::Tensor& input, Route&) override {
+    seen_numel.push_back(weight.numel());
+    return at::linear(input, weight);
+  }
+};
+
+Config all_partitioned() {
+  Config c;
+  c.zero_optimization.stage3_param_persistence_threshold = 0;
+  return c;
+}
+
+TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
+  zerocheck::WorldOptions o;
+  o.world_size = 3;
+  zerocheck::run_world(o, [](Comm& comm) {
+    auto probe = std::make_shared<ProbeLinear>();
+    auto root = std::make_shared<Sequential>();
+    root->push_back(probe);
+    root->push_back(std::make_shared<Linear>(4, 2));
+    init_parameters(*root, 5);
+    torch::optim::Adam user(unique_parameters(*root), torch::optim::AdamOptions(0.1));
+    auto engine = initialize(root, user, all_partitioned(), comm);
+    for (const auto& p : engine->params()) {
+      ASSERT_EQ(p.param.numel(), 0) << p.path;
+      ASSERT_EQ(p.status, ParamStatus::NotAvailable);
+      ASSERT_EQ(p.master.numel(), p.layout.chunk());
+    }
+    at::Tensor y = engine->forward(at::ones({2, 4}));
+    ASSERT_EQ(probe->seen_numel, std::vector<int64_t>{16});
+    for (const auto& p : engine->params()) ASSERT_EQ(p.param.numel(), 0) << p.path;
+    engine->backward(y.pow(2).sum());
+    for (const auto& p : engine->params()) {
+      ASSERT_EQ(p.param.numel(), 0) << p.path << " leaked past backward";
+      ASSERT_FALSE(p.param.grad().defined()) << p.path << " kept its full gradient";
+      ASSERT_TRUE(p.grad_shard.defined()) << p.path;
+      ASSERT_EQ(p.grad_shard.numel(), p.layout.chunk());
+    }
+    {
+      GatheredParameters gathered(*engine, *probe);
+      ASSERT_EQ(probe->weight.numel(), 16);
+    }
+    ASSERT_EQ(probe->weight.numel(), 0);
+  });
+}
+
+TEST(Lifecycle, PersistentParametersStayWhole) {
+  zerocheck::WorldOptions o;
+  o.world_size = 2;
+  zerocheck::run_world(o, [](Comm& comm) {
+    auto root = std::make_shared<Sequential>();
+    root->push_back(std::make_shared<Linear>(4, 4));  // weight 16 > 4 partitioned, bias 4 kept
+    init_parameters(*root, 1);
+    torch::optim::Adam user(unique_parameters(*root), torch::optim::AdamOptions(0.1));
+    Config c;
+    c.zero_optimization.stage3_param_persistence_threshold = 4;
+    auto engine = initialize(root, user, c, comm);
+    for (const auto& p : engine->params()) {
+      if (p.path == "0.bias") {
+        ASSERT_TRUE(p.persistent);
+        ASSERT_EQ(p.param.numel(), 4);
+      } else {
+        ASSERT_FALSE(p.persistent) << p.path;
+        ASSERT_EQ(p.param.numel(), 0);
+      }
+    }
+  });
+}
+
+TEST(Lifecycle, ModuleIdsComeFromAPerEngineCounterNotUserAttributes) {
+  zerocheck::WorldOptions o;
+  o.world_size = 1;
+  zerocheck::run_world(o, [](Comm& comm) {
+    auto make = [] {
+      auto root = std::make_shared<Sequential>();
+      root->push_back(std::make_shared<Linear>(2, 2));
+      root->push_back(std::make_shared<Linear>(2, 2));
+      init_parameters(*root, 1);
+      return root;
+    };
+    auto a = make(), b = make();
+    torch::optim::Adam oa(unique_parameters(*a), torch::optim::AdamOptions(0.1));
+    torch::optim::Adam ob(unique_parameters(*b), torch::optim::AdamOptions(0.1));
+    auto ea = initialize(a, oa, Config(), comm);
+    auto eb = initialize(b, ob, Config(), comm);
+    ASSERT_EQ(ea->module_id(*a), 0);
+    ASSERT_EQ(eb->module_id(*b), 0);  // two engines, two independent counters
+    ASSERT_EQ(eb->module_id(*b->at(1)), 2);
+    ASSERT_THROW(ea->module_id(*b), UsageError);
+    for (auto* root : {a.get(), b.get()}) {
+      ASSERT_TRUE(root->attrs().empty());
+      for (const auto& [name, child] : root->named_zero3_children()) ASSERT_TRUE(child->attrs().empty());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace zero3

@@ -1,0 +1,26 @@
+// How a `zerocheck` subcommand plugs into the CLI: it registers its options on a CLI11
+// subcommand and sets the process exit code when it runs.
+//
+// Exit codes everywhere: 0 all invariants held, 1 a violation (or a failed run) was found,
+// 2 bad usage or input.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace zerocheck::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitViolation = 1;
+inline constexpr int kExitUsage = 2;
+
+// X(name, registration function, one-line description): the table of subcommands.
+#define ZEROCHECK_COMMANDS(X)                                                                    \
+  X(train, register_train_command,                                                               \
+    "train a model under ZeRO-3 next to dense training; check parity and exact accounting")
+
+#define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
+  void registrar(CLI::App& command, int& exit_code);
+ZEROCHECK_COMMANDS(ZEROCHECK_DECLARE_COMMAND)
+#undef ZEROCHECK_DECLARE_COMMAND
+
+}  // namespace zerocheck::cli

@@ -1,0 +1,71 @@
+// `zerocheck train`: ZeRO-3 next to dense training, losses side by side, and a verdict.
+#include "engine/errors.h"
+#include "engine/faults.h"
+#include "harness/cli/command.h"
+#include "harness/train.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+namespace zerocheck::cli {
+namespace {
+
+struct TrainArgs {
+  TrainOptions options;
+  std::string comm = "local";
+  std::string engine = "reference";
+  bool json = false;
+};
+
+void print_text(const TrainReport& report) {
+  fmt::print("zerocheck train: model {} on {} ranks, {} steps\n", report.model, report.world_size,
+             report.steps);
+  fmt::print("{:>5}  {:>22}  {:>22}  {:>10}\n", "step", "zero3 loss", "dense loss", "abs diff");
+  for (size_t i = 0; i < report.losses.size(); ++i)
+    fmt::print("{:>5}  {:>22.17g}  {:>22.17g}  {:>10.3g}\n", i, report.losses[i],
+               report.dense_losses[i], std::abs(report.losses[i] - report.dense_losses[i]));
+  fmt::print("max |param - dense param|: {:g} (tolerance {:g})\n", report.max_param_abs_diff,
+             kParityTolerance);
+  for (size_t r = 0; r < report.state_bytes_per_rank.size(); ++r)
+    fmt::print("rank {} model-state bytes: {} (expected {})\n", r, report.state_bytes_per_rank[r],
+               report.expected_state_bytes_per_rank[r]);
+  fmt::print("elements moved per step: {} (expected {})\n", report.elements_moved_per_step,
+             report.expected_elements_per_step);
+  for (const auto& p : report.problems) fmt::print("VIOLATION: {}\n", p);
+  fmt::print("verdict: {}\n", report.ok() ? "parity and accounting hold" : "FAILED");
+}
+
+}  // namespace
+
+void register_train_command(CLI::App& command, int& exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  command.add_option("--world", args->options.world_size, "number of ranks")->check(CLI::Range(1, 64));
+  command.add_option("--steps", args->options.steps, "optimizer steps")->check(CLI::Range(1, 100000));
+  command.add_option("--model", args->options.model, "mlp, odd, moe or seed");
+  command.add_option("--seed", args->options.seed, "seed of parameters and data");
+  command.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
+  command.add_option("--batch", args->options.batch_size, "micro-batch size per rank")
+      ->check(CLI::Range(1, 4096));
+  command.add_option("--lr", args->options.lr, "Adam learning rate");
+  command.add_option("--engine", args->engine, "reference or a catalogue fault: " + zero3::engine_names());
+  command.add_option("--fail-rank", args->options.fail_rank,
+                     "make this rank throw (to see the world fail fast)");
+  command.add_option("--fail-step", args->options.fail_step, "step at which --fail-rank throws");
+  command.add_flag("--json", args->json, "print one JSON object");
+  command.callback([args, &exit_code] {
+    args->options.comm = comm_kind_by_name(args->comm);
+    auto fault = zero3::fault_by_name(args->engine);
+    if (!fault)
+      throw zero3::UsageError("unknown --engine '" + args->engine + "' (expected one of: " +
+                              zero3::engine_names() + ")");
+    args->options.fault = *fault;
+    const TrainReport report = run_training(args->options);
+    if (args->json) std::cout << report.to_json().dump() << std::endl;
+    else print_text(report);
+    exit_code = report.ok() ? kExitOk : kExitViolation;
+  });
+}
+
+}  // namespace zerocheck::cli

@@ -1,0 +1,50 @@
+// The named models `zerocheck train` and the parity tests use, and their deterministic data.
+//
+//   mlp  - Linear/Tanh stack.
+//   odd  - shapes chosen to break partitioning: 7x15, a prime numel (13), numel 1 (< N), a
+//          zero-size parameter, a Linear shared at two places (tied weights) and a LayerNorm.
+//   moe  - a Linear, an MoE of 4 experts routed by step, a Linear.
+//   seed - the bug report's model: 60 experts, each one Linear(128,128), expert i with user
+//          attribute id = i, run through all experts in order.
+#pragma once
+
+#include "engine/module.h"
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zerocheck {
+
+struct ModelSpec {
+  std::string name;
+  int64_t in_features;
+  int64_t out_features;
+  // Returns a fresh model with parameters initialised from `seed` (identical on every call).
+  std::function<std::shared_ptr<zero3::Module>(uint64_t seed)> build;
+  // Returns the route of step `step` (the same on every rank).
+  std::function<zero3::Route(int64_t step)> route;
+};
+
+// Returns the spec of `name`. Throws zero3::UsageError listing the known names.
+ModelSpec model_spec(const std::string& name);
+// Returns "mlp, odd, moe, seed".
+std::string model_names();
+
+struct Batch {
+  at::Tensor input;
+  at::Tensor target;
+};
+
+// Returns rank's micro-batch of `batch_size` samples for `step`: a pure function of its
+// arguments, so the dense baseline sees exactly what each rank saw.
+Batch make_batch(const ModelSpec& spec, uint64_t seed, int64_t step, int rank, int64_t batch_size);
+
+// Returns the seed model's experts in order (expert i has attrs().get("id") == i when built).
+std::vector<std::shared_ptr<zero3::Module>> seed_experts(const zero3::Module& seed_model);
+
+}  // namespace zerocheck

@@ -1,0 +1,70 @@
+// The zerocheck binary as users and CI run it: exit codes, JSON keys, fail-fast.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string output;
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string command = std::string(ZEROCHECK_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST(Cli, TrainJsonHasEveryKeyAndHolds) {
+  const CliRun run = run_cli("train --world 4 --steps 5 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  for (const char* key : {"world", "steps", "losses", "dense_losses", "max_param_abs_diff",
+                          "state_bytes_per_rank", "expected_state_bytes_per_rank",
+                          "elements_moved_per_step", "expected_elements_per_step"})
+    EXPECT_TRUE(json.contains(key)) << key;
+  EXPECT_EQ(json["world"], 4);
+  EXPECT_EQ(json["losses"], json["dense_losses"]);
+  EXPECT_EQ(json["state_bytes_per_rank"], json["expected_state_bytes_per_rank"]);
+  EXPECT_EQ(json["elements_moved_per_step"], json["expected_elements_per_step"]);
+}
+
+TEST(Cli, APlantedFaultExitsOne) {
+  const CliRun run = run_cli("train --world 2 --steps 2 --engine wrong-gradient-divisor");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("VIOLATION"), std::string::npos) << run.output;
+}
+
+TEST(Cli, BadUsageExitsTwo) {
+  EXPECT_EQ(run_cli("train --world 0").exit_code, 2);
+  EXPECT_EQ(run_cli("train --model nonesuch").exit_code, 2);
+  EXPECT_EQ(run_cli("train --engine nonesuch").exit_code, 2);
+  EXPECT_EQ(run_cli("train --comm carrier-pigeon").exit_code, 2);
+  EXPECT_EQ(run_cli("no-such-command").exit_code, 2);
+  EXPECT_EQ(run_cli("").exit_code, 2);
+}
+
+TEST(Cli, AThrowingRankFailsTheRunFastWithItsError) {
+  for (const char* comm : {"local", "gloo"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const CliRun run = run_cli(std::string("train --world 4 --steps 5 --fail-rank 2 --fail-step 1 --comm ") + comm);
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    EXPECT_NE(run.exit_code, 0) << comm;
+    EXPECT_NE(run.output.find("rank 2: injected failure"), std::string::npos) << run.output;
+    EXPECT_LT(elapsed, std::chrono::seconds(10)) << comm;
+  }
+}
+
+}  // namespace

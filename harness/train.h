@@ -1,0 +1,55 @@
+// `zerocheck train`: ZeRO-3 training next to dense training of the same model on the same data,
+// with the parity and exact-accounting verdict.
+#pragma once
+
+#include "engine/faults.h"
+#include "harness/world.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zerocheck {
+
+struct TrainOptions {
+  int world_size = 2;
+  int64_t steps = 5;
+  std::string model = "mlp";
+  uint64_t seed = 1;
+  CommKind comm = CommKind::local;
+  int64_t batch_size = 4;
+  double lr = 1e-2;
+  zero3::Fault fault = zero3::Fault::none;
+  // For proving fail-fast: this rank throws at the start of step `fail_step` (-1: nobody).
+  int fail_rank = -1;
+  int64_t fail_step = 0;
+  std::chrono::milliseconds timeout{30000};
+};
+
+struct TrainReport {
+  int world_size = 0;
+  int64_t steps = 0;
+  std::string model;
+  std::vector<double> losses;        // per step: mean over ranks (summed in rank order)
+  std::vector<double> dense_losses;  // the same for the dense baseline
+  double max_loss_abs_diff = 0;
+  double max_param_abs_diff = 0;
+  std::vector<int64_t> state_bytes_per_rank;           // measured after the last step
+  std::vector<int64_t> expected_state_bytes_per_rank;  // from accounting.h
+  int64_t elements_moved_per_step = 0;                 // all-gather + reduce-scatter, last step
+  int64_t expected_elements_per_step = 0;
+  std::vector<std::string> problems;  // every broken promise, in words; empty when all held
+
+  bool ok() const { return problems.empty(); }
+  nlohmann::json to_json() const;
+};
+
+// The tolerance for parity: zero, because both sides sum in rank order and divide once.
+inline constexpr double kParityTolerance = 0.0;
+
+// Trains and compares. Throws RankFailure when a rank throws; zero3::UsageError for bad options.
+TrainReport run_training(const TrainOptions& options);
+
+}  // namespace zerocheck

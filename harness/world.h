@@ -1,0 +1,46 @@
+// World: run a function on N ranks, each a thread with its own Comm.
+//
+// Comms are LocalComm (shared memory) or real c10d Gloo process groups sharing an in-process
+// store. A rank that throws trips the world's abort signal, so peers blocked in a collective
+// fail within milliseconds instead of waiting for a timeout; the caller gets the first error
+// with its rank (RankFailure), never a hang or std::terminate.
+#pragma once
+
+#include "engine/comm.h"
+#include "engine/errors.h"
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace zerocheck {
+
+enum class CommKind { local, gloo };
+
+// Returns "local" or "gloo".
+const char* to_string(CommKind kind);
+// Returns the kind named `name`. Throws zero3::UsageError for an unknown name.
+CommKind comm_kind_by_name(const std::string& name);
+
+struct WorldOptions {
+  int world_size = 2;
+  CommKind comm = CommKind::local;
+  std::chrono::milliseconds timeout{30000};  // per collective
+};
+
+// The first failure of a world: which rank, and what it threw.
+class RankFailure : public zero3::Error {
+ public:
+  RankFailure(int rank, const std::string& what)
+      : zero3::Error("rank " + std::to_string(rank) + ": " + what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+// Runs `body(comm)` on every rank and waits for all. Throws RankFailure carrying the first
+// rank's error when any rank throws, and zero3::UsageError for a world size below 1.
+void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
+
+}  // namespace zerocheck
