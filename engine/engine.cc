@@ -163,6 +163,13 @@ void EngineState::on_gradient_ready(ManagedParam& p) {
 }
 
 void EngineState::detach_local() {
+  if (!options.publish_ids_as.empty()) {
+    for (auto& [key, record] : modules) {
+      AttrDict& attrs = record.module->attrs();
+      if (attrs.has(options.publish_ids_as) && attrs.owner(options.publish_ids_as) == kEngineOwner)
+        attrs.del(options.publish_ids_as);
+    }
+  }
   for (auto& p : params) {
     if (p->grad_accumulator && p->hook_key != 0) p->grad_accumulator->del_post_hook(p->hook_key);
     p->hook_key = 0;
@@ -189,7 +196,8 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
       Registry::instance().check_unmanaged(tree, &optimizer);
     } catch (const AlreadyInitialized&) {
       if (options.fault == Fault::reinitialize_changes_state)
-        for (auto& p : unique_parameters(*model)) p.set_data(at::zeros_like(p));
+        for (size_t i = 0; i < tree.size(); ++i)
+          tree[i].module->attrs().set("id", static_cast<int64_t>(i), fault_name(options.fault));
       throw;
     }
   }
@@ -200,6 +208,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   int64_t module_id = 0;
   for (const auto& [path, module] : tree) {
     ModuleRecord& record = state->modules[module.get()];
+    record.module = module.get();
     record.id = module_id++;
     record.path = path;
     for (const auto& item : module->named_parameters(/*recurse=*/false)) {
@@ -222,6 +231,14 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     }
   }
   check_optimizer_covers_model(optimizer, state->params, state->param_by_impl);
+  if (!options.publish_ids_as.empty()) {
+    // Dry run on copies first: a collision anywhere must leave every module untouched.
+    for (const auto& [path, module] : tree) {
+      AttrDict probe = module->attrs();
+      probe.define(options.publish_ids_as, state->modules.at(module.get()).id, kEngineOwner,
+                   path.empty() ? "<root>" : path);
+    }
+  }
 
   for (auto& p : state->params) {
     if (p->trainable) {
@@ -241,6 +258,10 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     return p->master;
   });
 
+  if (!options.publish_ids_as.empty())
+    for (const auto& [path, module] : tree)
+      module->attrs().define(options.publish_ids_as, state->modules.at(module.get()).id,
+                             kEngineOwner, path.empty() ? "<root>" : path);
   apply_legacy_writes(*state);
   if (uses_registry(options.fault)) Registry::instance().claim(state.get(), tree, &optimizer);
   return std::unique_ptr<Engine>(new Engine(std::move(state)));

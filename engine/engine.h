@@ -34,8 +34,16 @@ namespace zero3 {
 
 struct EngineState;
 
+// The owner name the engine's own attribute writes carry.
+inline constexpr const char* kEngineOwner = "zero3-engine";
+
 struct EngineOptions {
   Fault fault = Fault::none;  // a planted fault from the catalogue; none for the reference engine
+  // Opt-in compatibility for code that reads upstream's `module.ds_id`: when non-empty, the
+  // engine publishes each module's id under this name, through AttrDict::define, so a name the
+  // user already owns is never overwritten (initialize throws AttributeCollision instead and
+  // changes nothing). release() removes what it published.
+  std::string publish_ids_as;
 };
 
 // What the engine knows about one parameter, for tests and oracles (copies; tensors shared).

@@ -14,6 +14,7 @@
 namespace zero3 {
 
 struct ModuleRecord {
+  Module* module = nullptr;
   int64_t id = 0;
   std::string path;
   std::vector<ManagedParam*> own_params;      // this module's direct parameters

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "harness/dense_baseline.h"
+#include "harness/fault_under_test.h"
 #include "harness/models.h"
 #include "harness/world.h"
 
@@ -50,7 +51,8 @@ TEST(Checkpoint, SaveLoadRestoresShardsAndOptimizerBitExactly) {
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(4);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
-    auto engine = initialize(model, user, all_partitioned(), comm);
+    auto engine = initialize(model, user, all_partitioned(), comm,
+                             EngineOptions{zerocheck::fault_under_test()});
     for (int64_t s = 0; s < 2; ++s) train_step(*engine, spec, s, comm.rank());
     engine->save_checkpoint(dir);
     std::vector<at::Tensor> saved;
@@ -76,7 +78,8 @@ TEST(Checkpoint, ConsolidatedStateDictEqualsGatheredParameters) {
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(4);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
-    auto engine = initialize(model, user, all_partitioned(), comm);
+    auto engine = initialize(model, user, all_partitioned(), comm,
+                             EngineOptions{zerocheck::fault_under_test()});
     train_step(*engine, spec, 0, comm.rank());
     auto consolidated = engine->consolidated_state_dict();
     if (comm.rank() != 0) {
@@ -101,7 +104,8 @@ TEST(Checkpoint, WrongWorldSizeOrCorruptFileIsACheckpointErrorAndChangesNothing)
     zerocheck::run_world(o, [&](Comm& comm) {
       auto model = spec.build(2);
       torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
-      auto engine = initialize(model, user, all_partitioned(), comm);
+      auto engine = initialize(model, user, all_partitioned(), comm,
+                             EngineOptions{zerocheck::fault_under_test()});
       body(*engine, comm);
     });
   };

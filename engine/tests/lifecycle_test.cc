@@ -6,6 +6,7 @@
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "harness/dense_baseline.h"
+#include "harness/fault_under_test.h"
 #include "harness/world.h"
 
 #include <ATen/ATen.h>
@@ -46,7 +47,8 @@ TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
     root->push_back(std::make_shared<Linear>(4, 2));
     init_parameters(*root, 5);
     torch::optim::Adam user(unique_parameters(*root), torch::optim::AdamOptions(0.1));
-    auto engine = initialize(root, user, all_partitioned(), comm);
+    auto engine = initialize(root, user, all_partitioned(), comm,
+                             EngineOptions{zerocheck::fault_under_test()});
     for (const auto& p : engine->params()) {
       ASSERT_EQ(p.param.numel(), 0) << p.path;
       ASSERT_EQ(p.status, ParamStatus::NotAvailable);

@@ -16,7 +16,9 @@ inline constexpr int kExitUsage = 2;
 // X(name, registration function, one-line description): the table of subcommands.
 #define ZEROCHECK_COMMANDS(X)                                                                    \
   X(train, register_train_command,                                                               \
-    "train a model under ZeRO-3 next to dense training; check parity and exact accounting")
+    "train a model under ZeRO-3 next to dense training; check parity and exact accounting")       \
+  X(repro, register_repro_command,                                                               \
+    "replay a known bug report (`repro seed`: DeepSpeed 0.15.4 clobbering expert ids)")
 
 #define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
   void registrar(CLI::App& command, int& exit_code);

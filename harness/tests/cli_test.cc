@@ -47,6 +47,23 @@ TEST(Cli, APlantedFaultExitsOne) {
   EXPECT_NE(run.output.find("VIOLATION"), std::string::npos) << run.output;
 }
 
+TEST(Cli, ReproSeedExitCodesFollowTheVerdict) {
+  const CliRun legacy = run_cli("repro seed --engine legacy-0.15.4 --world 2 --json");
+  ASSERT_EQ(legacy.exit_code, 1) << legacy.output;
+  const auto json = nlohmann::json::parse(legacy.output);
+  for (const char* key : {"ids_before", "ids_after_init", "ids_after_reinit", "reinit_error",
+                          "placement_before", "placement_after", "intact"})
+    EXPECT_TRUE(json.contains(key)) << key;
+  EXPECT_EQ(json["ids_after_init"][0], 2);
+  EXPECT_EQ(json["ids_after_reinit"][59], 241);
+  EXPECT_EQ(json["intact"], false);
+  const CliRun reference = run_cli("repro seed --engine reference --world 3");
+  EXPECT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_NE(reference.output.find("verdict: INTACT"), std::string::npos);
+  EXPECT_EQ(run_cli("repro seed --engine nonesuch").exit_code, 2);
+  EXPECT_EQ(run_cli("repro").exit_code, 2);
+}
+
 TEST(Cli, BadUsageExitsTwo) {
   EXPECT_EQ(run_cli("train --world 0").exit_code, 2);
   EXPECT_EQ(run_cli("train --model nonesuch").exit_code, 2);

@@ -2,6 +2,7 @@
 // size 1..5 and models with odd shapes, tied weights, zero-size parameters and experts.
 #include <gtest/gtest.h>
 
+#include "harness/fault_under_test.h"
 #include "harness/train.h"
 
 namespace zerocheck {
@@ -14,6 +15,7 @@ TEST_P(Parity, ShardedTrainingEqualsDenseTraining) {
   options.model = std::get<0>(GetParam());
   options.world_size = std::get<1>(GetParam());
   options.steps = 6;
+  options.fault = fault_under_test();
   const TrainReport report = run_training(options);
   for (const auto& p : report.problems) ADD_FAILURE() << p;
   ASSERT_EQ(report.losses.size(), 6u);

@@ -1,0 +1,44 @@
+// `zerocheck repro seed`: replay the bug report on the reference engine, a legacy mode or a fault.
+#include "engine/errors.h"
+#include "engine/faults.h"
+#include "harness/cli/command.h"
+#include "harness/repro_seed.h"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+namespace zerocheck::cli {
+
+void register_repro_command(CLI::App& command, int& exit_code) {
+  command.require_subcommand(1);
+  CLI::App& seed = *command.add_subcommand(
+      "seed", "the seed bug: 60 experts with user ids, initialize twice, placement by id mod N");
+  struct Args {
+    std::string engine = "reference";
+    int world = 2;
+    std::string comm = "local";
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  seed.add_option("--engine", args->engine, "reference or a catalogue fault: " + zero3::engine_names());
+  seed.add_option("--world", args->world, "number of ranks")->check(CLI::Range(1, 64));
+  seed.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
+  seed.add_flag("--json", args->json, "print one JSON object");
+  seed.callback([args, &exit_code] {
+    auto fault = zero3::fault_by_name(args->engine);
+    if (!fault)
+      throw zero3::UsageError("unknown --engine '" + args->engine + "' (expected one of: " +
+                              zero3::engine_names() + ")");
+    ReproOptions options;
+    options.fault = *fault;
+    options.world_size = args->world;
+    options.comm = comm_kind_by_name(args->comm);
+    const ReproReport report = run_repro_seed(options);
+    if (args->json) std::cout << report.to_json().dump() << std::endl;
+    else std::cout << report.to_text();
+    exit_code = report.intact() ? kExitOk : kExitViolation;
+  });
+}
+
+}  // namespace zerocheck::cli

@@ -1,0 +1,136 @@
+#include "harness/repro_seed.h"
+
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/legacy_mode.h"
+#include "harness/models.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/optim/adam.h>
+
+namespace zerocheck {
+namespace {
+
+std::vector<int64_t> expert_ids(const zero3::Module& model) {
+  std::vector<int64_t> ids;
+  for (const auto& expert : seed_experts(model)) {
+    const auto& attrs = expert->attrs();
+    ids.push_back(attrs.has("id") && attrs.get("id").is_int() ? attrs.get("id").as_int() : -1);
+  }
+  return ids;
+}
+
+std::vector<int64_t> placement_of(const std::vector<int64_t>& ids, int world) {
+  std::vector<int64_t> owners;
+  for (int64_t id : ids) owners.push_back(((id % world) + world) % world);
+  return owners;
+}
+
+std::string error_text(const std::exception& e) {
+  const char* kind = dynamic_cast<const zero3::AlreadyInitialized*>(&e) ? "AlreadyInitialized"
+                     : dynamic_cast<const zero3::OptimizerMismatch*>(&e) ? "OptimizerMismatch"
+                     : dynamic_cast<const zero3::Error*>(&e)             ? "zero3::Error"
+                                                                         : "exception";
+  return std::string(kind) + ": " + e.what();
+}
+
+}  // namespace
+
+bool ReproReport::ids_intact() const {
+  return ids_after_init == ids_before && ids_after_reinit == ids_before;
+}
+
+bool ReproReport::intact() const {
+  return ids_intact() && placement_after == placement_before && reinit_error.has_value() &&
+         !forward_error.has_value();
+}
+
+ReproReport run_repro_seed(const ReproOptions& options) {
+  ReproReport report;
+  report.engine = std::string(zero3::fault_name(options.fault));
+  report.world_size = options.world_size;
+  zero3::reset_legacy_counters();
+  const zero3::Config config = zero3::Config::parse(kSeedConfig);
+  WorldOptions world;
+  world.world_size = options.world_size;
+  world.comm = options.comm;
+  run_world(world, [&](zero3::Comm& comm) {
+    ReproReport mine;
+    auto model = model_spec("seed").build(0);
+    mine.ids_before = expert_ids(*model);
+    torch::optim::Adam optimizer(zero3::unique_parameters(*model), torch::optim::AdamOptions(3e-5));
+    zero3::EngineOptions engine_options;
+    engine_options.fault = options.fault;
+    auto engine = zero3::initialize(model, optimizer, config, comm, engine_options);
+    mine.ids_after_init = expert_ids(*model);
+    std::unique_ptr<zero3::Engine> second;
+    try {
+      second = zero3::initialize(model, optimizer, config, comm, engine_options);
+    } catch (const zero3::Error& e) {
+      mine.reinit_error = error_text(e);
+    }
+    mine.ids_after_reinit = expert_ids(*model);
+    mine.placement_before = placement_of(mine.ids_before, comm.world_size());
+    // Placement is decided at initialize, from the ids the user's policy reads then.
+    mine.placement_after = placement_of(mine.ids_after_init, comm.world_size());
+    try {
+      at::NoGradGuard no_grad;
+      mine.forward_output_sum = engine->forward(at::ones({1, 128})).sum().item<double>();
+    } catch (const zero3::Error& e) {
+      mine.forward_error = error_text(e);
+    }
+    if (comm.rank() == 0) {
+      mine.engine = report.engine;
+      mine.world_size = report.world_size;
+      report = std::move(mine);
+    }
+  });
+  return report;
+}
+
+nlohmann::json ReproReport::to_json() const {
+  nlohmann::json out{{"engine", engine},
+                     {"world", world_size},
+                     {"ids_before", ids_before},
+                     {"ids_after_init", ids_after_init},
+                     {"ids_after_reinit", ids_after_reinit},
+                     {"reinit_error", nullptr},
+                     {"placement_before", placement_before},
+                     {"placement_after", placement_after},
+                     {"forward_error", nullptr},
+                     {"forward_output_sum", forward_output_sum},
+                     {"intact", intact()}};
+  if (reinit_error) out["reinit_error"] = *reinit_error;
+  if (forward_error) out["forward_error"] = *forward_error;
+  return out;
+}
+
+std::string ReproReport::to_text() const {
+  std::string out = fmt::format("zerocheck repro seed: engine {}, world {}\n", engine, world_size);
+  out += fmt::format("expert ids before initialize:       {}\n", fmt::join(ids_before, " "));
+  out += fmt::format("expert ids after initialize:        {}\n", fmt::join(ids_after_init, " "));
+  out += fmt::format("second initialize, same optimizer:  {}\n",
+                     reinit_error ? "refused: " + *reinit_error : std::string("ACCEPTED"));
+  out += fmt::format("expert ids after 2nd initialize:    {}\n", fmt::join(ids_after_reinit, " "));
+  out += fmt::format("placement (rank = id mod {}) before: {}\n", world_size,
+                     fmt::join(placement_before, " "));
+  out += fmt::format("placement (rank = id mod {}) after:  {}\n", world_size,
+                     fmt::join(placement_after, " "));
+  out += forward_error ? fmt::format("forward through 60 experts: FAILED: {}\n", *forward_error)
+                       : fmt::format("forward through 60 experts: ok (output sum {:.6g})\n",
+                                     forward_output_sum);
+  std::vector<std::string> broken;
+  if (ids_after_init != ids_before) broken.push_back("initialize changed the experts' ids");
+  if (ids_after_reinit != ids_after_init) broken.push_back("the second initialize changed them again");
+  if (placement_after != placement_before) broken.push_back("experts moved to other ranks");
+  if (!reinit_error) broken.push_back("a repeated initialize was accepted");
+  if (forward_error) broken.push_back("the forward failed");
+  out += broken.empty() ? "verdict: INTACT\n"
+                        : fmt::format("verdict: CORRUPTED: {}\n", fmt::join(broken, "; "));
+  return out;
+}
+
+}  // namespace zerocheck
