@@ -75,6 +75,14 @@ Config Config::from_json(const json& root) {
       read_zero_optimization(value, config.zero_optimization);
       continue;
     }
+    if (key == "zerocheck") {
+      if (!value.is_object()) fail(key, std::string("expected an object, got ") + value.type_name());
+      for (const auto& [inner, inner_value] : value.items()) {
+        if (inner != "placement") fail("zerocheck." + inner, "unknown key");
+        config.placement = placement_from_json(inner_value, "zerocheck.placement");
+      }
+      continue;
+    }
     fail(key, "unknown key");
   }
 #undef ZERO3_READ_KEY
@@ -92,6 +100,8 @@ json Config::to_json() const {
   ZERO3_ZERO_INT_KEYS(ZERO3_WRITE_ZERO)
 #undef ZERO3_WRITE_ZERO
   out["zero_optimization"] = zero;
+  if (placement.kind != PlacementSpec::Kind::none)
+    out["zerocheck"] = {{"placement", placement_to_json(placement)}};
   return out;
 }
 
@@ -119,6 +129,8 @@ std::string Config::describe_keys() {
   ZERO3_ZERO_INT_KEYS(ZERO3_ZERO)
 #undef ZERO3_TOP
 #undef ZERO3_ZERO
+  out << "  zerocheck.placement (default none): {\"kind\": \"attr_mod\", \"attr\": NAME} or "
+         "{\"kind\": \"map\", \"owners\": {PATH: RANK}}\n";
   return out.str();
 }
 

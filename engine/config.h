@@ -8,6 +8,8 @@
 // ("zero_optimization.stage: ...").
 #pragma once
 
+#include "engine/placement.h"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -44,6 +46,9 @@ struct Config {
   ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_DECLARE_MEMBER)
 #undef ZERO3_DECLARE_MEMBER
   ZeroOptimizationConfig zero_optimization;
+  // zerocheck's own section, kept apart from DeepSpeed's keys:
+  //   "zerocheck": {"placement": {"kind": "attr_mod", "attr": "id"}}
+  PlacementSpec placement;
 
   // Returns the config parsed from JSON text. Throws ConfigError naming the JSON path.
   static Config parse(std::string_view json_text);

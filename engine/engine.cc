@@ -4,12 +4,14 @@
 #include "engine/internal/engine_state.h"
 #include "engine/legacy_mode.h"
 #include "engine/optimizer_rebuild.h"
+#include "engine/placement.h"
 #include "engine/registry.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/cuda.h>
 
 #include <exception>
 #include <functional>
@@ -18,40 +20,14 @@
 namespace zero3 {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// What the pre-backward function needs to find its module's parameters. Weak: a graph may
-// outlive its engine, and then there is nothing left to gather.
-struct BackwardGatherHandle : torch::CustomClassHolder {
-  std::weak_ptr<EngineState> state;
-  const Module* module = nullptr;
-};
-
-// Identity on a module's output whose backward runs just before the module's own backward:
-// the natural place to re-gather the parameters that backward needs.
-class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, c10::IValue handle) {
-    ctx->saved_data["handle"] = std::move(handle);
-    return output.view_as(output);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto holder = ctx->saved_data["handle"].toCapsule();
-    auto* handle = static_cast<BackwardGatherHandle*>(holder.get());
-    if (auto state = handle->state.lock()) state->gather_for_backward(handle->module);
-    return {grads.at(0), at::Tensor()};
-  }
-};
-
 // Runs after a parameter's gradient accumulator has written the full gradient.
 class GradientReadyHook final : public torch::autograd::FunctionPostHook {
  public:
   GradientReadyHook(std::weak_ptr<EngineState> state, ManagedParam* param)
       : state_(std::move(state)), param_(param) {}
 
-  variable_list operator()(const variable_list& outputs, const variable_list&) override {
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
     if (auto state = state_.lock()) state->on_gradient_ready(*param_);
     return outputs;
   }
@@ -66,20 +42,45 @@ bool uses_registry(Fault fault) {
          fault != Fault::accept_repeated_initialize;
 }
 
-// Ranks must agree on the route, or they would all-gather different experts' shards into each
-// other's parameters. A 20-bit hash keeps the sums exact; a collision only weakens the check.
-void check_same_route(Comm& comm, const Route& route) {
-  if (comm.world_size() == 1) return;
-  int64_t h = static_cast<int64_t>(route.choices().size()) * 1000003;
-  for (int64_t c : route.choices()) h = (h * 31 + c + 7) % 1048573;
-  at::Tensor sums = at::tensor({h, h * h}, at::kLong);
-  comm.all_reduce_sum(sums);
-  const int64_t sum = sums[0].item<int64_t>();
-  const int64_t sum_sq = sums[1].item<int64_t>();
-  if (sum * sum != comm.world_size() * sum_sq)
-    throw UsageError("rank " + std::to_string(comm.rank()) +
-                     ": ranks passed different routes to forward (experts are partitioned, so "
-                     "every rank must route the same way)");
+// Evaluates the placement policy once, in pre-order: a placed module's whole subtree goes with
+// it, so a nested module is never placed twice.
+void assign_placement(EngineState& state, const EngineOptions& options) {
+  const int world = state.comm.world_size();
+  PlacementPolicy policy = options.placement_policy
+                               ? options.placement_policy
+                               : make_placement_policy(state.config.placement);
+  if (options.fault == Fault::placement_from_engine_ids &&
+      state.config.placement.kind == PlacementSpec::Kind::attr_mod) {
+    // The planted fault: the owner comes from the engine's id instead of the user's attribute.
+    policy = [&state, attr = state.config.placement.attr](const std::string& path,
+                                                          const Module& module, int n) {
+      if (module.kind() != "Expert") return std::optional<int>();
+      AttrDict engine_view;
+      engine_view.set(attr, state.modules.at(&module).id);
+      return std::optional<int>(attr_mod_owner(path, engine_view, attr, n));
+    };
+  }
+  std::function<void(Module&, int)> visit = [&](Module& module, int inherited) {
+    ModuleRecord& record = state.modules.at(&module);
+    if (record.inside_placed || record.owner >= 0) return;  // a shared module seen before
+    int owner = inherited;
+    if (inherited >= 0) {
+      record.inside_placed = true;
+    } else if (auto decided = policy(record.path, module, world)) {
+      if (*decided < 0 || *decided >= world)
+        throw PlacementError((record.path.empty() ? "<root>" : record.path) +
+                             ": placement policy chose rank " + std::to_string(*decided) +
+                             ", outside a world of " + std::to_string(world));
+      owner = record.owner = *decided;
+    }
+    if (owner >= 0)
+      for (ManagedParam* p : record.own_params) {
+        p->owner = owner;
+        p->persistent = false;
+      }
+    for (auto& [name, child] : module.named_zero3_children()) visit(*child, owner);
+  };
+  visit(*state.model, -1);
 }
 
 std::string join_path(const std::string& module_path, const std::string& name) {
@@ -117,71 +118,11 @@ void check_optimizer_covers_model(const torch::optim::Optimizer& optimizer,
 
 }  // namespace
 
-// ---- EngineState ------------------------------------------------------------------------------
-
-EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config config_in,
-                         EngineOptions options_in)
-    : model(std::move(model_in)),
-      comm(comm_in),
-      config(std::move(config_in)),
-      options(options_in),
-      partitioner(comm_in, options_in.fault) {}
-
-at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input,
-                                       const std::function<at::Tensor(const at::Tensor&)>& body) {
-  auto it = modules.find(&module);
-  if (it == modules.end() || released) return body(input);
-  ModuleRecord& record = it->second;
-  for (ManagedParam* p : record.own_params) partitioner.gather(*p);
-  at::Tensor output;
-  try {
-    output = body(input);
-  } catch (...) {
-    for (ManagedParam* p : record.own_params) partitioner.release(*p);
-    throw;
-  }
-  if (options.fault != Fault::skip_release_after_forward)
-    for (ManagedParam* p : record.own_params) partitioner.release(*p);
-  if (record.has_partitioned_params && at::GradMode::is_enabled() && output.requires_grad()) {
-    auto handle = c10::make_intrusive<BackwardGatherHandle>();
-    handle->state = weak_from_this();
-    handle->module = &module;
-    output = GatherBeforeBackward::apply(output, c10::IValue::make_capsule(std::move(handle)));
-  }
-  return output;
-}
-
-void EngineState::gather_for_backward(const Module* module) {
-  auto it = modules.find(module);
-  if (it == modules.end() || released) return;
-  for (ManagedParam* p : it->second.own_params) partitioner.gather(*p);
-}
-
-void EngineState::on_gradient_ready(ManagedParam& p) {
-  if (released) return;
-  partitioner.reduce_gradient(p);
-}
-
-void EngineState::detach_local() {
-  if (!options.publish_ids_as.empty()) {
-    for (auto& [key, record] : modules) {
-      AttrDict& attrs = record.module->attrs();
-      if (attrs.has(options.publish_ids_as) && attrs.owner(options.publish_ids_as) == kEngineOwner)
-        attrs.del(options.publish_ids_as);
-    }
-  }
-  for (auto& p : params) {
-    if (p->grad_accumulator && p->hook_key != 0) p->grad_accumulator->del_post_hook(p->hook_key);
-    p->hook_key = 0;
-    p->grad_accumulator.reset();
-  }
-  Registry::instance().release(this);
-}
-
-void EngineState::require_live(const char* op) const {
-  if (released)
-    throw UsageError(std::string(op) + " on a released engine (rank " +
-                     std::to_string(comm.rank()) + ")");
+at::Device rank_device(int rank, int ranks_per_device) {
+  const int index = rank / std::max(ranks_per_device, 1);
+  if (torch::cuda::is_available() && index < static_cast<int>(torch::cuda::device_count()))
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return at::Device(at::kCPU);
 }
 
 // ---- initialize -------------------------------------------------------------------------------
@@ -227,9 +168,14 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
         state->params.push_back(std::move(p));
       }
       record.own_params.push_back(slot->second);
-      record.has_partitioned_params |= !slot->second->persistent;
     }
+    state->module_by_id.push_back(&record);
   }
+  apply_legacy_module_writes(*state);
+  assign_placement(*state, options);
+  for (auto& [key, record] : state->modules)
+    for (ManagedParam* p : record.own_params)
+      record.has_partitioned_params |= !p->persistent && !p->placed();
   check_optimizer_covers_model(optimizer, state->params, state->param_by_impl);
   if (!options.publish_ids_as.empty()) {
     // Dry run on copies first: a collision anywhere must leave every module untouched.
@@ -241,7 +187,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   }
 
   for (auto& p : state->params) {
-    if (p->trainable) {
+    if (p->trainable && !p->placed()) {  // placed gradients stay on their owner: no reduction
       // Created while the parameter still has its full shape: autograd validates incoming
       // gradients against the shape the accumulator recorded.
       p->grad_accumulator = torch::autograd::impl::grad_accumulator(p->param);
@@ -253,6 +199,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
 
   state->optimizer = rebuild_optimizer(optimizer, [&](const at::Tensor& user_param) {
     ManagedParam* p = state->param_by_impl.at(user_param.unsafeGetTensorImpl());
+    if (p->placed() && p->owner != comm.rank()) return at::Tensor();  // no state off its owner
     if (options.fault == Fault::stale_optimizer_tensors)
       return p->persistent ? p->param : at::zeros({p->layout.chunk()});
     return p->master;
@@ -262,7 +209,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     for (const auto& [path, module] : tree)
       module->attrs().define(options.publish_ids_as, state->modules.at(module.get()).id,
                              kEngineOwner, path.empty() ? "<root>" : path);
-  apply_legacy_writes(*state);
+  apply_legacy_param_writes(*state);
   if (uses_registry(options.fault)) Registry::instance().claim(state.get(), tree, &optimizer);
   return std::unique_ptr<Engine>(new Engine(std::move(state)));
 }
@@ -288,7 +235,6 @@ Engine::~Engine() {
 
 at::Tensor Engine::forward(const at::Tensor& input, const Route& route) {
   state_->require_live("forward");
-  check_same_route(state_->comm, route);
   InterceptorScope scope(state_.get());
   Route cursor = route;
   return (*state_->model)(input, cursor);
@@ -296,9 +242,11 @@ at::Tensor Engine::forward(const at::Tensor& input, const Route& route) {
 
 void Engine::backward(const at::Tensor& loss) {
   state_->require_live("backward");
-  for (auto& p : state_->params)
-    if (p->persistent && p->trainable) p->param.mutable_grad() = at::Tensor();  // fresh local grads
+  const int rank = state_->comm.rank();
+  for (auto& p : state_->params)  // whole tensors collect fresh local gradients
+    if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   loss.backward();
+  state_->finish_placed_gradients();
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.
   for (auto& p : state_->params) state_->partitioner.release(*p);
 }
@@ -307,7 +255,7 @@ void Engine::step() {
   state_->require_live("step");
   if (++state_->micro_steps % state_->config.gradient_accumulation_steps != 0) return;
   for (auto& p : state_->params)
-    if (p->trainable) p->master.mutable_grad() = p->grad_shard;
+    if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
   state_->optimizer->step();
 }
 
@@ -341,9 +289,29 @@ int64_t Engine::module_id(const Module& module) const {
 std::vector<ManagedParamView> Engine::params() const {
   std::vector<ManagedParamView> out;
   for (const auto& p : state_->params)
-    out.push_back({p->id, p->path, p->shape, p->layout, p->persistent, p->trainable, p->status,
-                   p->param, p->master, p->grad_shard});
+    out.push_back({p->id, p->path, p->shape, p->layout, p->persistent, p->owner, p->trainable,
+                   p->status, p->param, p->master, p->grad_shard});
   return out;
+}
+
+std::vector<ParamResidency> Engine::residency() const {
+  std::vector<ParamResidency> out;
+  auto count = [](const at::Tensor& t) { return t.defined() ? t.numel() : int64_t{0}; };
+  for (const auto& p : state_->params) {
+    const bool shared = p->master.defined() && p->master.is_same(p->param);
+    const at::Tensor full_grad = p->param.grad();
+    const bool same_grad = full_grad.defined() && p->grad_shard.defined() && full_grad.is_same(p->grad_shard);
+    out.push_back({p->path, count(p->param), shared ? 0 : count(p->master),
+                   count(p->grad_shard) + (same_grad ? 0 : count(full_grad)),
+                   state_->optimizer ? state_numel_of(*state_->optimizer, p->master) : 0,
+                   p->param.device().str()});
+  }
+  return out;
+}
+
+int Engine::placed_owner(const Module& module) const {
+  auto it = state_->modules.find(&module);
+  return it == state_->modules.end() ? -1 : it->second.owner;
 }
 
 const Config& Engine::config() const { return state_->config; }
@@ -357,14 +325,16 @@ torch::optim::Optimizer& Engine::optimizer() {
 
 int64_t Engine::measured_state_bytes() const {
   int64_t bytes = 0;
+  // A tensor may be reachable twice (a persistent parameter is its own master, and its .grad is
+  // the shard gradient during a step): count each tensor once.
+  std::unordered_set<const c10::TensorImpl*> counted;
   auto add = [&](const at::Tensor& t) {
-    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    if (t.defined() && counted.insert(t.unsafeGetTensorImpl()).second)
+      bytes += t.numel() * static_cast<int64_t>(t.element_size());
   };
   for (const auto& p : state_->params) {
-    if (!p->persistent) {
-      add(p->param);
-      add(p->param.grad());
-    }
+    add(p->param);
+    add(p->param.grad());
     add(p->master);
     add(p->grad_shard);
   }
@@ -375,7 +345,7 @@ int64_t Engine::measured_state_bytes() const {
 int64_t Engine::partitioned_padded_elements() const {
   int64_t total = 0;
   for (const auto& p : state_->params)
-    if (!p->persistent) total += p->layout.padded_numel();
+    if (!p->persistent && !p->placed()) total += p->layout.padded_numel();
   return total;
 }
 
@@ -387,6 +357,9 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
     at::Tensor full;
     if (p->persistent) {
       full = p->param.detach().clone();
+    } else if (p->placed()) {
+      full = p->owner == comm.rank() ? p->param.detach().cpu().clone() : at::zeros(p->shape);
+      comm.broadcast(full, p->owner);
     } else if (state_->options.fault == Fault::consolidated_from_rank0_shard) {
       full = at::zeros({p->layout.padded_numel()});
       full.narrow(0, 0, p->layout.chunk()).copy_(p->master.detach());

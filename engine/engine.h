@@ -20,6 +20,7 @@
 #include "engine/faults.h"
 #include "engine/module.h"
 #include "engine/param_status.h"
+#include "engine/placement.h"
 #include "engine/shard_layout.h"
 
 #include <ATen/Tensor.h>
@@ -44,7 +45,15 @@ struct EngineOptions {
   // user already owns is never overwritten (initialize throws AttributeCollision instead and
   // changes nothing). release() removes what it published.
   std::string publish_ids_as;
+  // The user's placement policy; when empty, the config's "zerocheck.placement" spec is used.
+  PlacementPolicy placement_policy;
+  // Where a rank's placed modules live: cuda:(rank / ranks_per_device) when CUDA is available
+  // and that device exists, else the CPU. Several ranks may share one device.
+  int ranks_per_device = 1;
 };
+
+// Returns the device of `rank` under `ranks_per_device` (see EngineOptions).
+at::Device rank_device(int rank, int ranks_per_device);
 
 // What the engine knows about one parameter, for tests and oracles (copies; tensors shared).
 struct ManagedParamView {
@@ -53,11 +62,22 @@ struct ManagedParamView {
   std::vector<int64_t> shape;
   ShardLayout layout;
   bool persistent;
+  int owner;              // placed: the rank that holds it whole; -1 when not placed
   bool trainable;
   ParamStatus status;
   at::Tensor param;       // the model's tensor
   at::Tensor master;      // this rank's fp32 slice, or the whole parameter when persistent
-  at::Tensor grad_shard;  // undefined before the first backward and after zero_grad
+  at::Tensor grad_shard;  // undefined before the first backward
+};
+
+// Where one parameter's bytes live on this rank: measured from the tensors themselves.
+struct ParamResidency {
+  std::string path;
+  int64_t param_elements;      // storage in the model tensor
+  int64_t master_elements;     // the engine's copy (a shard, or the model tensor itself)
+  int64_t grad_elements;       // full gradient + shard gradient
+  int64_t optimizer_elements;  // optimizer state tensors for this parameter
+  std::string device;          // where the model tensor lives ("cpu", "cuda:1")
 };
 
 class Engine {
@@ -86,6 +106,10 @@ class Engine {
   // Returns the engine's id for `module`. Throws UsageError when the module is not managed.
   int64_t module_id(const Module& module) const;
   std::vector<ManagedParamView> params() const;
+  // Returns, for every managed parameter (params() order), what this rank holds for it.
+  std::vector<ParamResidency> residency() const;
+  // Returns the owner of a placement root (from the policy at initialize), or -1.
+  int placed_owner(const Module& module) const;
   const Config& config() const;
   Comm& comm();
   torch::optim::Optimizer& optimizer();

@@ -36,6 +36,9 @@ namespace zero3 {
   X(uninitialised_padding, "uninitialised-padding", "I3",                                          \
     "harness_parity_tests:ModelsAndWorlds/Parity.*/odd_world4",                                    \
     "shard padding is left with garbage instead of zeros, as upstream allocates it")               \
+  X(placement_from_engine_ids, "placement-from-engine-ids", "I2",                                  \
+    "engine_integration_tests:Placement.ResidencyFollowsTheUsersAttributes",                       \
+    "expert placement is computed from engine module ids instead of the user's attributes")        \
   X(accept_repeated_initialize, "accept-repeated-initialize", "I5",                                \
     "engine_integration_tests:Registry.SameModelTwiceIsRejected",                                  \
     "initialize on an already managed model or optimizer is silently accepted")                    \

@@ -72,8 +72,13 @@ at::Tensor MoE::forward_expert(const at::Tensor& input, int64_t index, Route& ro
   return (*experts->at(static_cast<size_t>(index)))(input, route);
 }
 
+int64_t MoE::peek_choice(const Route& route) const {
+  return route.peek("MoE", static_cast<int64_t>(experts->size()));
+}
+
 at::Tensor MoE::forward(const at::Tensor& input, Route& route) {
-  return forward_expert(input, route.next("MoE"), route);
+  const int64_t index = route.next("MoE", static_cast<int64_t>(experts->size()));
+  return forward_expert(input, index, route);
 }
 
 void init_parameters(Module& root, uint64_t seed) {

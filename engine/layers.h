@@ -94,6 +94,8 @@ class MoE final : public Module {
 
   // Calls expert `index` directly. Throws UsageError when index is out of range.
   at::Tensor forward_expert(const at::Tensor& input, int64_t index, Route& route);
+  // Returns the expert index this layer will take from `route` (without consuming it).
+  int64_t peek_choice(const Route& route) const;
 
  protected:
   at::Tensor forward(const at::Tensor& input, Route& route) override;

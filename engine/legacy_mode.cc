@@ -79,22 +79,29 @@ void write_param_names(ManagedParam& p, Module& owner_module, const std::string&
   }
 }
 
+bool is_legacy(Fault fault) { return fault == Fault::legacy_0_15_4 || fault == Fault::legacy_ds_id; }
+
 }  // namespace
 
-void apply_legacy_writes(EngineState& state) {
+void apply_legacy_module_writes(EngineState& state) {
   const Fault fault = state.options.fault;
-  if (fault != Fault::legacy_0_15_4 && fault != Fault::legacy_ds_id) return;
+  if (!is_legacy(fault)) return;
   const std::string owner(fault_name(fault));
   const char* id_name = fault == Fault::legacy_0_15_4 ? "id" : "ds_id";
+  LegacyCounters& c = counters();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  number_modules(*state.model, c.module_count[state.comm.rank()], id_name, owner);
+  for (const auto& entry : unique_modules(state.model))
+    write_module_names(*entry.module, entry.path.empty(), id_name, owner);
+}
+
+void apply_legacy_param_writes(EngineState& state) {
+  const Fault fault = state.options.fault;
+  if (!is_legacy(fault)) return;
+  const std::string owner(fault_name(fault));
   const int rank = state.comm.rank();
   LegacyCounters& c = counters();
   std::lock_guard<std::mutex> lock(c.mutex);
-
-  int64_t& count = c.module_count[rank];
-  number_modules(*state.model, count, id_name, owner);
-
-  for (const auto& entry : unique_modules(state.model))
-    write_module_names(*entry.module, entry.path.empty(), id_name, owner);
   for (const auto& entry : unique_modules(state.model)) {
     for (const auto& item : entry.module->named_parameters(/*recurse=*/false)) {
       ManagedParam* p = state.param_by_impl.at(item.value().unsafeGetTensorImpl());

@@ -11,8 +11,12 @@ namespace zero3 {
 
 struct EngineState;
 
-// Writes the upstream names when the engine runs a legacy mode; does nothing otherwise.
-void apply_legacy_writes(EngineState& state);
+// Writes the upstream module names (the id counter first) when the engine runs a legacy mode;
+// does nothing otherwise. Runs before placement is evaluated: upstream numbers the modules while
+// it installs its hooks, before any user code reads `.id` again.
+void apply_legacy_module_writes(EngineState& state);
+// Writes the upstream parameter names (after partitioning: they describe the shards).
+void apply_legacy_param_writes(EngineState& state);
 
 // Starts every rank's legacy counter again at 0, as a fresh process would. The harness calls it
 // before each scenario so a replay does not depend on what ran before it.

@@ -19,11 +19,32 @@ void visit_unique(const std::string& path, const std::shared_ptr<Module>& module
 
 }  // namespace
 
-int64_t Route::next(const std::string& where) {
+Route Route::cyclic(std::vector<int64_t> choices) {
+  Route route(std::move(choices));
+  route.cyclic_ = true;
+  return route;
+}
+
+int64_t Route::peek(const std::string& where, int64_t count) const {
+  if (cyclic_) {
+    if (choices_.empty() || count <= 0) return 0;
+    const int64_t c = choices_[next_ % choices_.size()];
+    return ((c % count) + count) % count;
+  }
   if (next_ >= choices_.size())
     throw UsageError(where + ": the route has no expert choice left (it holds " +
                      std::to_string(choices_.size()) + ")");
-  return choices_[next_++];
+  const int64_t c = choices_[next_];
+  if (c < 0 || c >= count)
+    throw UsageError(where + ": expert index " + std::to_string(c) + " is outside [0, " +
+                     std::to_string(count) + ")");
+  return c;
+}
+
+int64_t Route::next(const std::string& where, int64_t count) {
+  const int64_t choice = peek(where, count);
+  ++next_;
+  return choice;
 }
 
 InterceptorScope::InterceptorScope(ForwardInterceptor* interceptor)
@@ -38,7 +59,7 @@ Module::Module(std::string kind) : torch::nn::Module(kind), kind_(std::move(kind
 at::Tensor Module::operator()(const at::Tensor& input, Route& route) {
   auto body = [&](const at::Tensor& x) { return forward(x, route); };
   if (current_interceptor == nullptr) return body(input);
-  return current_interceptor->around_forward(*this, input, body);
+  return current_interceptor->around_forward(*this, input, route, body);
 }
 
 at::Tensor Module::operator()(const at::Tensor& input) {

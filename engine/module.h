@@ -32,20 +32,30 @@ class Route {
  public:
   Route() = default;
   explicit Route(std::vector<int64_t> choices) : choices_(std::move(choices)) {}
-  // Returns the next choice. Throws UsageError naming `where` when the route is exhausted.
-  int64_t next(const std::string& where);
+  // A route that never runs out: choices repeat, an empty route always picks 0, and each layer
+  // takes a choice modulo its expert count. Generated and shrunk scenarios use it, so any
+  // list of choices is a valid route.
+  static Route cyclic(std::vector<int64_t> choices);
+
+  // Returns the next choice for a layer of `count` experts and moves on.
+  // Throws UsageError naming `where` when a strict route is exhausted or out of range.
+  int64_t next(const std::string& where, int64_t count);
+  // Returns what next() would return, without moving on.
+  int64_t peek(const std::string& where, int64_t count) const;
   const std::vector<int64_t>& choices() const { return choices_; }
 
  private:
   std::vector<int64_t> choices_;
   size_t next_ = 0;
+  bool cyclic_ = false;
 };
 
 // What an engine plugs into the call path. `body` runs the module's own forward.
 class ForwardInterceptor {
  public:
   virtual ~ForwardInterceptor() = default;
-  virtual at::Tensor around_forward(Module& module, const at::Tensor& input,
+  // `route` is the call's route (MoE layers read their choice from it; do not consume it).
+  virtual at::Tensor around_forward(Module& module, const at::Tensor& input, const Route& route,
                                     const std::function<at::Tensor(const at::Tensor&)>& body) = 0;
 };
 

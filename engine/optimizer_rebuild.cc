@@ -15,8 +15,9 @@ std::unique_ptr<torch::optim::Optimizer> rebuild_as(
   std::vector<torch::optim::OptimizerParamGroup> groups;
   for (auto& group : user.param_groups()) {
     std::vector<at::Tensor> params;
-    for (const auto& p : group.params()) params.push_back(replacement(p));
-    groups.emplace_back(std::move(params), group.options().clone());
+    for (const auto& p : group.params())
+      if (at::Tensor r = replacement(p); r.defined()) params.push_back(r);
+    if (!params.empty()) groups.emplace_back(std::move(params), group.options().clone());
   }
   const auto& defaults = static_cast<const Options&>(user.defaults());
   return std::make_unique<Optim>(std::move(groups), defaults);
@@ -47,20 +48,46 @@ int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer) {
   return 0;
 }
 
-int64_t state_numel(torch::optim::Optimizer& optimizer) {
+namespace {
+
+int64_t numel_of_state(const torch::optim::OptimizerParamState* state) {
   int64_t total = 0;
   auto count = [&](const at::Tensor& t) { total += t.defined() ? t.numel() : 0; };
-  for (const auto& entry : optimizer.state()) {
-    const auto* state = entry.second.get();
-    if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
-      count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
-    } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
-      count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
-    } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
-      count(s->momentum_buffer());
-    }
+  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+    count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+    count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+    count(s->momentum_buffer());
   }
   return total;
+}
+
+// LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string; later
+// versions key it by the address itself. Both derive from the same pointer.
+template <class Key>
+Key state_key(const at::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(param.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace
+
+int64_t state_numel(torch::optim::Optimizer& optimizer) {
+  int64_t total = 0;
+  for (const auto& entry : optimizer.state()) total += numel_of_state(entry.second.get());
+  return total;
+}
+
+int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  if (!param.defined()) return 0;
+  auto& states = optimizer.state();
+  using Key = std::decay_t<decltype(states.begin()->first)>;
+  auto it = states.find(state_key<Key>(param));
+  return it == states.end() ? 0 : numel_of_state(it->second.get());
 }
 
 }  // namespace zero3

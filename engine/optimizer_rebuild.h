@@ -13,7 +13,8 @@
 namespace zero3 {
 
 // Returns a new optimizer of `user`'s type and per-group options whose parameters are
-// `replacement(p)` for each of the user's parameters p.
+// `replacement(p)` for each of the user's parameters p; an undefined replacement leaves p out
+// (a group left with no parameters is dropped).
 // Throws UsageError naming the type when the optimizer kind is not supported.
 std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
     torch::optim::Optimizer& user, const std::function<at::Tensor(const at::Tensor&)>& replacement);
@@ -24,5 +25,7 @@ int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer);
 
 // Returns the number of elements held in the optimizer's per-parameter state tensors.
 int64_t state_numel(torch::optim::Optimizer& optimizer);
+// Returns the number of state elements the optimizer holds for `param` (0 when none).
+int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
 }  // namespace zero3

@@ -23,6 +23,18 @@ at::Tensor empty_like_param(const at::Tensor& param) {
 
 void Partitioner::partition(ManagedParam& p) {
   at::NoGradGuard no_grad;
+  if (p.placed()) {
+    if (p.owner == comm_.rank()) {
+      swap_data(p.param, p.param.detach().to(device_));
+      p.master = p.param;
+      p.status = ParamStatus::Available;
+    } else {
+      swap_data(p.param, empty_like_param(p.param));  // other ranks hold no storage at all
+      p.master = at::empty({0});
+      p.status = ParamStatus::NotAvailable;
+    }
+    return;
+  }
   if (p.persistent) {
     p.master = p.param;
     p.status = ParamStatus::Available;
@@ -43,7 +55,7 @@ void Partitioner::partition(ManagedParam& p) {
 }
 
 void Partitioner::gather(ManagedParam& p) {
-  if (p.persistent || p.status == ParamStatus::Available) return;
+  if (p.persistent || p.placed() || p.status == ParamStatus::Available) return;
   transition(p.status, ParamStatus::Inflight, p.path);
   at::Tensor full = at::empty({p.layout.padded_numel()}, p.master.options());
   comm_.all_gather(p.master, full);
@@ -52,7 +64,7 @@ void Partitioner::gather(ManagedParam& p) {
 }
 
 void Partitioner::release(ManagedParam& p) {
-  if (p.persistent || p.status != ParamStatus::Available) return;
+  if (p.persistent || p.placed() || p.status != ParamStatus::Available) return;
   transition(p.status, ParamStatus::NotAvailable, p.path);
   swap_data(p.param, empty_like_param(p.param));
 }
@@ -83,6 +95,18 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
 
 void Partitioner::restore_full(ManagedParam& p) {
   if (p.persistent) return;
+  if (p.placed()) {
+    at::NoGradGuard no_grad;
+    at::Tensor full = p.owner == comm_.rank() ? p.param.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                                              : at::zeros(p.shape);
+    comm_.broadcast(full, p.owner);  // released models live on the CPU, as they were built
+    swap_data(p.param, full);
+    p.owner = -1;
+    p.persistent = true;
+    p.master = p.param;
+    p.status = ParamStatus::Available;
+    return;
+  }
   gather(p);
   at::NoGradGuard no_grad;
   swap_data(p.param, p.param.detach().clone());  // own storage, not a view of the gather buffer

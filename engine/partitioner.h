@@ -34,9 +34,14 @@ struct ManagedParam {
   std::vector<int64_t> shape;
   ShardLayout layout;
   bool persistent = false;
+  int owner = -1;            // placed: the rank that holds it whole (-1: not placed)
   bool trainable = false;
   ParamStatus status = ParamStatus::NotAvailable;
-  at::Tensor master;         // partitioned: this rank's c fp32 elements; persistent: `param`
+  at::Tensor master;         // partitioned: this rank's c fp32 elements; persistent or placed
+                             // here: `param` itself; placed elsewhere: empty
+  bool placed() const { return owner >= 0; }
+  // Whether the model tensor holds the full data for good (it is its own master).
+  bool whole_here(int rank) const { return persistent || owner == rank; }
   at::Tensor grad_shard;     // averaged gradient for `master`; undefined until a backward
   std::shared_ptr<torch::autograd::Node> grad_accumulator;  // kept alive so our hook stays on it
   uintptr_t hook_key = 0;
@@ -45,28 +50,32 @@ struct ManagedParam {
 class Partitioner {
  public:
   // `fault` plants one of the catalogue's partitioning faults (Fault::none for the reference).
-  Partitioner(Comm& comm, Fault fault) : comm_(comm), fault_(fault) {}
+  // `device`: where this rank's placed parameters live.
+  Partitioner(Comm& comm, Fault fault, at::Device device)
+      : comm_(comm), fault_(fault), device_(device) {}
 
   // Splits `p` per its layout: keeps this rank's slice in `master` and empties the model tensor.
-  // Persistent parameters stay whole.
+  // Persistent parameters stay whole; placed ones stay whole on their owner only.
   void partition(ManagedParam& p);
-  // Makes the full data available in the model tensor (collective). No-op when persistent or
-  // already available.
+  // Makes the full data available in the model tensor (collective). No-op when persistent,
+  // placed or already available.
   void gather(ManagedParam& p);
   // Drops the full data from the model tensor. No-op when persistent or not available.
   void release(ManagedParam& p);
   // Averages the model tensor's full gradient over ranks into grad_shard (collective), frees
   // the full gradient and releases the parameter.
   void reduce_gradient(ManagedParam& p);
-  // Gathers the full data into the model tensor for good (collective): used when the engine lets
-  // go of the model.
+  // Gathers the full data into the model tensor for good (collective; placed parameters are
+  // broadcast from their owner): used when the engine lets go of the model.
   void restore_full(ManagedParam& p);
 
   Comm& comm() { return comm_; }
+  at::Device device() const { return device_; }
 
  private:
   Comm& comm_;
   const Fault fault_;
+  const at::Device device_;
 };
 
 }  // namespace zero3

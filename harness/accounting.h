@@ -11,6 +11,7 @@
 #pragma once
 
 #include "engine/module.h"
+#include "engine/placement.h"
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +23,7 @@ namespace zerocheck {
 // Counts calls per module while installed (an interceptor that gathers nothing).
 class CallCounter final : public zero3::ForwardInterceptor {
  public:
-  at::Tensor around_forward(zero3::Module& module, const at::Tensor& input,
+  at::Tensor around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route& route,
                             const std::function<at::Tensor(const at::Tensor&)>& body) override;
   int64_t calls(const zero3::Module& module) const;
   void clear() { calls_.clear(); }
@@ -31,15 +32,24 @@ class CallCounter final : public zero3::ForwardInterceptor {
   std::unordered_map<const zero3::Module*, int64_t> calls_;
 };
 
-// Returns the elements one training step moves, given how often each module ran in it.
+// The owner of every module of a placed subtree, from the user's policy applied to the user's
+// attributes (the oracle's own evaluation, independent of the engine's tables).
+using Owners = std::unordered_map<const zero3::Module*, int>;
+Owners placement_owners(const std::shared_ptr<zero3::Module>& root, const zero3::PlacementSpec& spec,
+                        int world_size);
+
+// Returns the elements one training step moves in all-gathers and reduce-scatters, given how
+// often each module ran in it (placed modules move nothing there: they are not partitioned).
 int64_t expected_elements_per_step(const std::shared_ptr<zero3::Module>& root,
                                    const CallCounter& step_calls, int world_size,
-                                   int64_t persistence_threshold);
+                                   int64_t persistence_threshold, const Owners& owners);
 
-// Returns this rank's model-state bytes after a step, given which modules have run so far and
-// how many state tensors the optimizer keeps per parameter.
+// Returns `rank`'s model-state bytes after a step, given which modules have run so far, how
+// many state tensors the optimizer keeps per parameter, and the placement (the owner holds a
+// placed parameter whole, other ranks nothing).
 int64_t expected_state_bytes(const std::shared_ptr<zero3::Module>& root,
-                             const CallCounter& calls_so_far, int world_size,
-                             int64_t persistence_threshold, int64_t optimizer_states);
+                             const CallCounter& calls_so_far, int world_size, int rank,
+                             int64_t persistence_threshold, int64_t optimizer_states,
+                             const Owners& owners);
 
 }  // namespace zerocheck

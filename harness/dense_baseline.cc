@@ -45,15 +45,16 @@ DenseBaseline::DenseBaseline(std::shared_ptr<zero3::Module> model,
 }
 
 std::vector<double> DenseBaseline::step(const std::vector<Batch>& batches,
-                                        const zero3::Route& route) {
+                                        const std::vector<zero3::Route>& routes) {
   {
     at::NoGradGuard no_grad;
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().zero_();
   }
   std::vector<double> losses;
-  for (const Batch& batch : batches) {
-    zero3::Route cursor = route;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const Batch& batch = batches[i];
+    zero3::Route cursor = routes.at(i);
     at::Tensor loss = training_loss((*model_)(batch.input, cursor), batch.target);
     loss.backward();
     losses.push_back(loss.item<double>());

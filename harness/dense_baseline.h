@@ -32,8 +32,9 @@ class DenseBaseline {
  public:
   DenseBaseline(std::shared_ptr<zero3::Module> model, const OptimizerFactory& make_optimizer);
 
-  // Trains one step on `batches` (one per rank, in rank order); returns each batch's loss.
-  std::vector<double> step(const std::vector<Batch>& batches, const zero3::Route& route);
+  // Trains one step on `batches` (one per rank, in rank order, each with its rank's route);
+  // returns each batch's loss.
+  std::vector<double> step(const std::vector<Batch>& batches, const std::vector<zero3::Route>& routes);
 
   // Returns every parameter once, by the path where it first appears ("0.weight").
   std::map<std::string, at::Tensor> parameters_by_path() const;

@@ -44,6 +44,9 @@ std::shared_ptr<Module> build_odd(uint64_t seed) {
   return root;
 }
 
+// Expert ids chosen so that `id mod N` differs from the engine's module numbering.
+constexpr int64_t kExpertIds[] = {2, 0, 3, 1};
+
 std::shared_ptr<Module> build_moe(uint64_t seed) {
   auto root = std::make_shared<zero3::Sequential>();
   root->push_back(make<zero3::Linear>(8, 8));
@@ -51,7 +54,7 @@ std::shared_ptr<Module> build_moe(uint64_t seed) {
   std::vector<std::shared_ptr<Module>> experts;
   for (int i = 0; i < 4; ++i) {
     experts.push_back(make<zero3::Expert>(8, 8));
-    experts.back()->attrs().set("id", int64_t{i});
+    experts.back()->attrs().set("id", kExpertIds[i]);
   }
   root->push_back(std::make_shared<zero3::MoE>(std::move(experts)));
   root->push_back(make<zero3::Linear>(8, 4));
@@ -75,16 +78,22 @@ std::shared_ptr<Module> build_seed(uint64_t seed) {
 }  // namespace
 
 ModelSpec model_spec(const std::string& name) {
-  auto no_route = [](int64_t) { return zero3::Route(); };
-  if (name == "mlp") return {name, 16, 8, build_mlp, no_route};
-  if (name == "odd") return {name, 7, 3, build_odd, no_route};
+  auto no_route = [](int64_t, int) { return zero3::Route(); };
+  zero3::PlacementSpec by_id;
+  by_id.kind = zero3::PlacementSpec::Kind::attr_mod;
+  by_id.attr = "id";
+  if (name == "mlp") return {name, 16, 8, build_mlp, no_route, {}};
+  if (name == "odd") return {name, 7, 3, build_odd, no_route, {}};
   if (name == "moe")
-    return {name, 8, 4, build_moe, [](int64_t step) { return zero3::Route({step % 4}); }};
-  if (name == "seed") return {name, 128, 128, build_seed, no_route};
+    return {name, 8, 4, build_moe, [](int64_t step, int) { return zero3::Route({step % 4}); }, {}};
+  if (name == "moe-placed")
+    return {name, 8, 4, build_moe,
+            [](int64_t step, int rank) { return zero3::Route({(step + rank) % 4}); }, by_id};
+  if (name == "seed") return {name, 128, 128, build_seed, no_route, by_id};
   throw zero3::UsageError("unknown model '" + name + "' (expected one of: " + model_names() + ")");
 }
 
-std::string model_names() { return "mlp, odd, moe, seed"; }
+std::string model_names() { return "mlp, odd, moe, moe-placed, seed"; }
 
 Batch make_batch(const ModelSpec& spec, uint64_t seed, int64_t step, int rank, int64_t batch_size) {
   at::Generator generator =

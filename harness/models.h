@@ -3,12 +3,15 @@
 //   mlp  - Linear/Tanh stack.
 //   odd  - shapes chosen to break partitioning: 7x15, a prime numel (13), numel 1 (< N), a
 //          zero-size parameter, a Linear shared at two places (tied weights) and a LayerNorm.
-//   moe  - a Linear, an MoE of 4 experts routed by step, a Linear.
+//   moe  - a Linear, an MoE of 4 experts routed by step (the same on every rank), a Linear.
+//   moe-placed - the same tree with experts placed by their user attribute `id` mod N, each rank
+//          routing to a different expert in every step.
 //   seed - the bug report's model: 60 experts, each one Linear(128,128), expert i with user
 //          attribute id = i, run through all experts in order.
 #pragma once
 
 #include "engine/module.h"
+#include "engine/placement.h"
 
 #include <ATen/Tensor.h>
 
@@ -26,13 +29,15 @@ struct ModelSpec {
   int64_t out_features;
   // Returns a fresh model with parameters initialised from `seed` (identical on every call).
   std::function<std::shared_ptr<zero3::Module>(uint64_t seed)> build;
-  // Returns the route of step `step` (the same on every rank).
-  std::function<zero3::Route(int64_t step)> route;
+  // Returns the route of `rank` in step `step`.
+  std::function<zero3::Route(int64_t step, int rank)> route;
+  // The user's placement policy for this model.
+  zero3::PlacementSpec placement;
 };
 
 // Returns the spec of `name`. Throws zero3::UsageError listing the known names.
 ModelSpec model_spec(const std::string& name);
-// Returns "mlp, odd, moe, seed".
+// Returns "mlp, odd, moe, moe-placed, seed".
 std::string model_names();
 
 struct Batch {

@@ -29,6 +29,11 @@ std::vector<int64_t> placement_of(const std::vector<int64_t>& ids, int world) {
   return owners;
 }
 
+zero3::Config with_placement(zero3::Config config, const zero3::PlacementSpec& spec) {
+  config.placement = spec;
+  return config;
+}
+
 std::string error_text(const std::exception& e) {
   const char* kind = dynamic_cast<const zero3::AlreadyInitialized*>(&e) ? "AlreadyInitialized"
                      : dynamic_cast<const zero3::OptimizerMismatch*>(&e) ? "OptimizerMismatch"
@@ -44,7 +49,8 @@ bool ReproReport::ids_intact() const {
 }
 
 bool ReproReport::intact() const {
-  return ids_intact() && placement_after == placement_before && reinit_error.has_value() &&
+  return ids_intact() && placement_after == placement_before &&
+         placement_observed == placement_before && reinit_error.has_value() &&
          !forward_error.has_value();
 }
 
@@ -57,6 +63,8 @@ ReproReport run_repro_seed(const ReproOptions& options) {
   WorldOptions world;
   world.world_size = options.world_size;
   world.comm = options.comm;
+  // holds[rank][expert]: whether that rank holds storage for the expert's weight.
+  std::vector<std::vector<bool>> holds(options.world_size, std::vector<bool>(60, false));
   run_world(world, [&](zero3::Comm& comm) {
     ReproReport mine;
     auto model = model_spec("seed").build(0);
@@ -64,8 +72,20 @@ ReproReport run_repro_seed(const ReproOptions& options) {
     torch::optim::Adam optimizer(zero3::unique_parameters(*model), torch::optim::AdamOptions(3e-5));
     zero3::EngineOptions engine_options;
     engine_options.fault = options.fault;
-    auto engine = zero3::initialize(model, optimizer, config, comm, engine_options);
+    // The user's placement: expert i on rank id mod N, read from the attribute at initialize.
+    zero3::PlacementSpec by_id;
+    by_id.kind = zero3::PlacementSpec::Kind::attr_mod;
+    by_id.attr = "id";
+    auto engine = zero3::initialize(model, optimizer, with_placement(config, by_id), comm, engine_options);
     mine.ids_after_init = expert_ids(*model);
+    for (const auto& r : engine->residency()) {
+      // "0.<i>.linear.weight": expert i's weight
+      const auto first = r.path.find('.'), second = r.path.find('.', first + 1);
+      if (r.path.rfind("0.", 0) == 0 && r.path.size() > 7 &&
+          r.path.compare(r.path.size() - 7, 7, ".weight") == 0)
+        holds[comm.rank()][std::stoul(r.path.substr(first + 1, second - first - 1))] =
+            r.param_elements > 0;
+    }
     std::unique_ptr<zero3::Engine> second;
     try {
       second = zero3::initialize(model, optimizer, config, comm, engine_options);
@@ -79,7 +99,7 @@ ReproReport run_repro_seed(const ReproOptions& options) {
     try {
       at::NoGradGuard no_grad;
       mine.forward_output_sum = engine->forward(at::ones({1, 128})).sum().item<double>();
-    } catch (const zero3::Error& e) {
+    } catch (const std::exception& e) {  // a corrupted engine may fail anywhere in LibTorch
       mine.forward_error = error_text(e);
     }
     if (comm.rank() == 0) {
@@ -88,6 +108,12 @@ ReproReport run_repro_seed(const ReproOptions& options) {
       report = std::move(mine);
     }
   });
+  for (int expert = 0; expert < 60; ++expert) {
+    int64_t owner = -1;
+    for (int r = 0; r < options.world_size; ++r)
+      if (holds[r][expert]) owner = owner == -1 ? r : -2;
+    report.placement_observed.push_back(owner < 0 ? -1 : owner);
+  }
   return report;
 }
 
@@ -100,6 +126,7 @@ nlohmann::json ReproReport::to_json() const {
                      {"reinit_error", nullptr},
                      {"placement_before", placement_before},
                      {"placement_after", placement_after},
+                     {"placement_observed", placement_observed},
                      {"forward_error", nullptr},
                      {"forward_output_sum", forward_output_sum},
                      {"intact", intact()}};
@@ -119,6 +146,7 @@ std::string ReproReport::to_text() const {
                      fmt::join(placement_before, " "));
   out += fmt::format("placement (rank = id mod {}) after:  {}\n", world_size,
                      fmt::join(placement_after, " "));
+  out += fmt::format("placement observed (who holds the bytes): {}\n", fmt::join(placement_observed, " "));
   out += forward_error ? fmt::format("forward through 60 experts: FAILED: {}\n", *forward_error)
                        : fmt::format("forward through 60 experts: ok (output sum {:.6g})\n",
                                      forward_output_sum);
@@ -126,6 +154,8 @@ std::string ReproReport::to_text() const {
   if (ids_after_init != ids_before) broken.push_back("initialize changed the experts' ids");
   if (ids_after_reinit != ids_after_init) broken.push_back("the second initialize changed them again");
   if (placement_after != placement_before) broken.push_back("experts moved to other ranks");
+  if (placement_observed != placement_before)
+    broken.push_back("the experts' bytes do not live where the user placed them");
   if (!reinit_error) broken.push_back("a repeated initialize was accepted");
   if (forward_error) broken.push_back("the forward failed");
   out += broken.empty() ? "verdict: INTACT\n"

@@ -3,8 +3,9 @@
 // The seed's model (60 experts, each one Linear(128,128), expert i with user attribute id = i,
 // placement policy rank = id mod N), Adam lr 3e-5 and the seed's DeepSpeed config. It records
 // the expert ids before initialize, after it, and after a second initialize with the same
-// optimizer (or the error that refused it), the placement before and after, and runs the seed's
-// forward through all 60 experts. Each run starts the legacy counters afresh, as a new process.
+// optimizer (or the error that refused it), the placement before and after (computed from the
+// ids) and as observed (which rank actually holds each expert's bytes, right after the first
+// initialize), and runs the seed's forward through all 60 experts. Each run starts the legacy counters afresh, as a new process.
 #pragma once
 
 #include "engine/faults.h"
@@ -38,11 +39,15 @@ struct ReproReport {
   std::optional<std::string> reinit_error;  // "AlreadyInitialized: ..." when refused
   std::vector<int64_t> placement_before;     // id mod N from the user's attributes
   std::vector<int64_t> placement_after;      // from the ids right after initialize
+  std::vector<int64_t> placement_observed;   // from residency: the one rank holding each expert
+                                             // (-1: none or several)
   std::optional<std::string> forward_error;
   double forward_output_sum = 0;
 
   bool ids_intact() const;
-  bool intact() const;  // ids and placement unchanged, repeated initialize refused, forward ran
+  // ids and placement (as computed and as observed) unchanged, repeated initialize refused,
+  // forward ran.
+  bool intact() const;
   nlohmann::json to_json() const;
   std::string to_text() const;
 };

@@ -19,8 +19,8 @@ namespace {
 // Everything the dense side knows per step, computed before the world starts.
 struct DenseRun {
   std::vector<double> losses;
-  std::vector<int64_t> expected_elements;      // per step
-  std::vector<int64_t> expected_state_bytes;   // per step, after it
+  std::vector<int64_t> expected_elements;                  // per step
+  std::vector<std::vector<int64_t>> expected_state_bytes;  // per step, per rank, after the step
   std::map<std::string, at::Tensor> final_parameters;
 };
 
@@ -30,42 +30,55 @@ double mean_in_rank_order(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
-zero3::Config training_config() {
+zero3::Config training_config(const ModelSpec& spec) {
   zero3::Config config;
   // Partition everything with elements: the point is to exercise sharding on small models.
   config.zero_optimization.stage3_param_persistence_threshold = 0;
+  config.placement = spec.placement;
   return config;
+}
+
+std::vector<zero3::Route> routes_of(const ModelSpec& spec, int64_t step, int world) {
+  std::vector<zero3::Route> routes;
+  for (int r = 0; r < world; ++r) routes.push_back(spec.route(step, r));
+  return routes;
+}
+
+void count_calls(zero3::Module& model, CallCounter& counter, const at::Tensor& input,
+                 const zero3::Route& route) {
+  zero3::InterceptorScope scope(&counter);
+  at::NoGradGuard no_grad;
+  zero3::Route cursor = route;
+  model(input, cursor);
 }
 
 DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states) {
   DenseRun run;
-  const int64_t threshold = training_config().zero_optimization.stage3_param_persistence_threshold;
+  const int world = options.world_size;
+  const zero3::Config config = training_config(spec);
+  const int64_t threshold = config.zero_optimization.stage3_param_persistence_threshold;
   auto model = spec.build(options.seed);
+  const Owners owners = placement_owners(model, config.placement, world);
   DenseBaseline dense(model, adam_factory(options.lr));
   CallCounter calls_so_far;
   for (int64_t step = 0; step < options.steps; ++step) {
     std::vector<Batch> batches;
-    for (int r = 0; r < options.world_size; ++r)
+    for (int r = 0; r < world; ++r)
       batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
-    const zero3::Route route = spec.route(step);
+    const std::vector<zero3::Route> routes = routes_of(spec, step, world);
+    // Partitioned modules run alike on every rank, so rank 0's calls give the traffic; any
+    // rank's calls make a module "trained so far".
     CallCounter step_calls;
-    {
-      zero3::InterceptorScope scope(&step_calls);
-      at::NoGradGuard no_grad;
-      zero3::Route cursor = route;
-      (*model)(batches[0].input, cursor);
-    }
-    {
-      zero3::InterceptorScope scope(&calls_so_far);
-      at::NoGradGuard no_grad;
-      zero3::Route cursor = route;
-      (*model)(batches[0].input, cursor);
-    }
+    count_calls(*model, step_calls, batches[0].input, routes[0]);
+    for (int r = 0; r < world; ++r) count_calls(*model, calls_so_far, batches[r].input, routes[r]);
     run.expected_elements.push_back(
-        expected_elements_per_step(model, step_calls, options.world_size, threshold));
-    run.expected_state_bytes.push_back(expected_state_bytes(
-        model, calls_so_far, options.world_size, threshold, optimizer_states));
-    run.losses.push_back(mean_in_rank_order(dense.step(batches, route)));
+        expected_elements_per_step(model, step_calls, world, threshold, owners));
+    std::vector<int64_t> bytes;
+    for (int r = 0; r < world; ++r)
+      bytes.push_back(expected_state_bytes(model, calls_so_far, world, r, threshold,
+                                           optimizer_states, owners));
+    run.expected_state_bytes.push_back(bytes);
+    run.losses.push_back(mean_in_rank_order(dense.step(batches, routes)));
   }
   run.final_parameters = dense.parameters_by_path();
   return run;
@@ -78,7 +91,7 @@ TrainReport run_training(const TrainOptions& options) {
   if (options.batch_size < 1) throw zero3::UsageError("batch size must be >= 1");
   const ModelSpec spec = model_spec(options.model);
   const int world = options.world_size;
-  const zero3::Config config = training_config();
+  const zero3::Config config = training_config(spec);
   const int64_t adam_states = 2;
   const DenseRun dense = run_dense(options, spec, adam_states);
 
@@ -88,7 +101,7 @@ TrainReport run_training(const TrainOptions& options) {
   report.model = options.model;
   report.dense_losses = dense.losses;
   report.state_bytes_per_rank.assign(world, 0);
-  report.expected_state_bytes_per_rank.assign(world, dense.expected_state_bytes.back());
+  report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
 
   std::vector<std::vector<double>> rank_losses(world, std::vector<double>(options.steps));
   std::vector<int64_t> elements(world, 0);
@@ -116,13 +129,14 @@ TrainReport run_training(const TrainOptions& options) {
                                 " (--fail-rank)");
       const Batch batch = make_batch(spec, options.seed, step, rank, options.batch_size);
       comm.reset_stats();
-      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(step)), batch.target);
+      at::Tensor loss =
+          training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
       engine->backward(loss);
       engine->step();
       elements[rank] = comm.stats().all_gather_elements + comm.stats().reduce_scatter_elements;
       rank_losses[rank][step] = loss.item<double>();
       for (const auto& p : engine->params()) {
-        if (p.persistent) continue;
+        if (p.persistent || p.owner >= 0) continue;
         if (p.param.numel() != 0)
           problem("rank " + std::to_string(rank) + " step " + std::to_string(step) + ": '" +
                   p.path + "' holds " + std::to_string(p.param.numel()) +

@@ -1,5 +1,6 @@
-// The engine's own tables and schedule steps, shared by engine.cc, checkpoint.cc and
-// gathered_parameters.cc. Not part of the public surface.
+// The engine's own tables and schedule steps, shared by engine.cc (the public API),
+// schedule.cc (gather/release around forward and backward), routing.cc (calls to placed
+// modules) and checkpoint.cc. Not part of the public surface.
 #pragma once
 
 #include "engine/engine.h"
@@ -13,29 +14,53 @@
 
 namespace zero3 {
 
+class MoE;
+
 struct ModuleRecord {
   Module* module = nullptr;
   int64_t id = 0;
   std::string path;
-  std::vector<ManagedParam*> own_params;      // this module's direct parameters
+  std::vector<ManagedParam*> own_params;  // this module's direct parameters
   bool has_partitioned_params = false;
+  int owner = -1;                  // >= 0: a placement root, placed on this rank
+  bool inside_placed = false;      // a descendant of a placement root
+};
+
+// What a call to a placed module served on this rank, kept for its backward.
+struct ServedCall {
+  int sender = 0;
+  at::Tensor input;   // the received input, a leaf that collects its gradient
+  at::Tensor output;  // computed here, connected to the expert's parameters
 };
 
 struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<EngineState> {
   EngineState(std::shared_ptr<Module> model, Comm& comm, Config config, EngineOptions options);
 
   // ForwardInterceptor: gather own parameters -> forward -> release, and arm the re-gather
-  // that runs just before this module's backward.
-  at::Tensor around_forward(Module& module, const at::Tensor& input,
+  // that runs just before this module's backward; calls to placed modules are routed.
+  at::Tensor around_forward(Module& module, const at::Tensor& input, const Route& route,
                             const std::function<at::Tensor(const at::Tensor&)>& body) override;
 
   // Called from autograd just before `module`'s backward runs.
   void gather_for_backward(const Module* module);
   // Called from the gradient accumulator hook once p's full gradient has accumulated.
   void on_gradient_ready(ManagedParam& p);
-  // Removes autograd hooks and un-registers; never communicates (safe during unwinding).
+  // Averages the gradients placed parameters collected on their owner during backward.
+  void finish_placed_gradients();
+  // Removes autograd hooks, published ids and the registration; never communicates (safe
+  // during unwinding).
   void detach_local();
   void require_live(const char* op) const;
+
+  // routing.cc: every rank meets here when an MoE picks its expert, and when a placed module is
+  // called (the input travels to the owner, the output comes back).
+  void check_moe_choices(MoE& moe, const ModuleRecord& record, const Route& route);
+  at::Tensor call_placed(Module& module, const ModuleRecord& record, const at::Tensor& input,
+                         const std::function<at::Tensor(const at::Tensor&)>& body);
+  at::Tensor route_forward(const ModuleRecord& record, const at::Tensor& input,
+                           std::vector<ServedCall>* served, int64_t* max_rows);
+  at::Tensor route_backward(const ModuleRecord& record, const at::Tensor& grad_output,
+                            const std::vector<ServedCall>& served, int64_t max_rows);
 
   std::shared_ptr<Module> model;
   Comm& comm;
@@ -45,10 +70,12 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   std::vector<std::unique_ptr<ManagedParam>> params;            // in pre-order of first appearance
   std::unordered_map<const c10::TensorImpl*, ManagedParam*> param_by_impl;
   std::unordered_map<const Module*, ModuleRecord> modules;
+  std::vector<ModuleRecord*> module_by_id;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   const void* user_optimizer = nullptr;
   int64_t micro_steps = 0;
   bool released = false;
+  bool computing_placed = false;  // the owner is running a placed module for a sender
 };
 
 }  // namespace zero3

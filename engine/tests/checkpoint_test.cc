@@ -36,7 +36,7 @@ Config all_partitioned() {
 
 double train_step(Engine& engine, const zerocheck::ModelSpec& spec, int64_t step, int rank) {
   const auto batch = zerocheck::make_batch(spec, 9, step, rank, 4);
-  at::Tensor loss = zerocheck::training_loss(engine.forward(batch.input, spec.route(step)), batch.target);
+  at::Tensor loss = zerocheck::training_loss(engine.forward(batch.input, spec.route(step, rank)), batch.target);
   engine.backward(loss);
   engine.step();
   engine.zero_grad();

@@ -32,7 +32,7 @@ EngineOptions options_under_test() { return EngineOptions{zerocheck::fault_under
 
 void train_step(Engine& engine, const ModelSpec& spec, int64_t step, int rank) {
   const Batch batch = zerocheck::make_batch(spec, 3, step, rank, 4);
-  engine.backward(zerocheck::training_loss(engine.forward(batch.input, spec.route(step)), batch.target));
+  engine.backward(zerocheck::training_loss(engine.forward(batch.input, spec.route(step, rank)), batch.target));
   engine.step();
   engine.zero_grad();
 }
@@ -47,7 +47,9 @@ std::map<std::string, at::Tensor> dense_after(const ModelSpec& spec, int world, 
       dense = std::make_unique<zerocheck::DenseBaseline>(model, zerocheck::adam_factory(kLr));
     std::vector<Batch> batches;
     for (int r = 0; r < world; ++r) batches.push_back(zerocheck::make_batch(spec, 3, s, r, 4));
-    dense->step(batches, spec.route(s));
+    std::vector<zero3::Route> routes;
+    for (int r = 0; r < world; ++r) routes.push_back(spec.route(s, r));
+    dense->step(batches, routes);
   }
   return dense->parameters_by_path();
 }

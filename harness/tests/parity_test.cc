@@ -27,11 +27,13 @@ TEST_P(Parity, ShardedTrainingEqualsDenseTraining) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndWorlds, Parity,
-                         ::testing::Combine(::testing::Values("mlp", "odd", "moe"),
+                         ::testing::Combine(::testing::Values("mlp", "odd", "moe", "moe-placed"),
                                             ::testing::Values(1, 2, 3, 4, 5)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_world" +
-                                  std::to_string(std::get<1>(info.param));
+                           std::string model = std::get<0>(info.param);
+                           for (char& c : model)
+                             if (c == '-') c = '_';
+                           return model + "_world" + std::to_string(std::get<1>(info.param));
                          });
 
 TEST(Parity, TheFormulaOfDesignHoldsWhenEveryModuleRunsOnce) {

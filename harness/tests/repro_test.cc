@@ -28,6 +28,7 @@ TEST(ReproSeed, Legacy0154RenumbersTheExpertsAndMovesThem) {
   EXPECT_FALSE(report.reinit_error.has_value());
   EXPECT_NE(report.placement_after, report.placement_before);
   EXPECT_EQ(report.placement_after, std::vector<int64_t>(60, 0));  // every expert on rank 0
+  EXPECT_EQ(report.placement_observed, std::vector<int64_t>(60, 0));  // and their bytes too
   EXPECT_FALSE(report.intact());
 }
 
@@ -41,9 +42,21 @@ TEST(ReproSeed, ReferenceKeepsIdsAndPlacementAndRefusesTheSecondInitialize) {
     ASSERT_TRUE(report.reinit_error.has_value()) << world;
     EXPECT_EQ(report.reinit_error->rfind("AlreadyInitialized", 0), 0u) << *report.reinit_error;
     EXPECT_EQ(report.placement_after, report.placement_before);
+    std::vector<int64_t> by_id;
+    for (int64_t id = 0; id < 60; ++id) by_id.push_back(id % world);
+    EXPECT_EQ(report.placement_observed, by_id) << world;
     EXPECT_FALSE(report.forward_error.has_value());
     EXPECT_TRUE(report.intact()) << report.to_text();
   }
+}
+
+TEST(ReproSeed, PlacementFromEngineIdsIsSeenInResidency) {
+  ReproOptions options;
+  options.fault = zero3::Fault::placement_from_engine_ids;
+  const ReproReport report = run_repro_seed(options);
+  EXPECT_TRUE(report.ids_intact());  // the attributes are fine; the bytes are not
+  EXPECT_NE(report.placement_observed, report.placement_before);
+  EXPECT_FALSE(report.intact());
 }
 
 TEST(ReproSeed, LegacyDsIdKeepsIdButClobbersAUsersDsId) {

@@ -1,0 +1,120 @@
+// Placement proven physically: where each placed module's bytes live (parameters, gradients,
+// optimizer state, device) is measured on every rank and compared with the user's policy.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/layers.h"
+#include "harness/dense_baseline.h"
+#include "harness/fault_under_test.h"
+#include "harness/models.h"
+#include "harness/world.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+
+#include <mutex>
+
+namespace zero3 {
+namespace {
+
+Config placed_by_id() {
+  Config c;
+  c.zero_optimization.stage3_param_persistence_threshold = 0;
+  c.placement.kind = PlacementSpec::Kind::attr_mod;
+  c.placement.attr = "id";
+  return c;
+}
+
+// rows[rank][param] = what that rank holds, gathered from every rank thread.
+using ResidencyTable = std::vector<std::vector<ParamResidency>>;
+
+TEST(Placement, ResidencyFollowsTheUsersAttributes) {
+  const int world = 3;
+  const auto spec = zerocheck::model_spec("moe-placed");  // experts with ids 2, 0, 3, 1
+  ResidencyTable table(world);
+  std::vector<ManagedParamView> views;
+  zerocheck::WorldOptions o;
+  o.world_size = world;
+  zerocheck::run_world(o, [&](Comm& comm) {
+    auto model = spec.build(1);
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+    auto engine = initialize(model, user, placed_by_id(), comm,
+                             EngineOptions{zerocheck::fault_under_test()});
+    for (int64_t step = 0; step < 4; ++step) {  // every expert is routed to by some rank
+      const auto batch = zerocheck::make_batch(spec, 1, step, comm.rank(), 2);
+      engine->backward(zerocheck::training_loss(engine->forward(batch.input, spec.route(step, comm.rank())),
+                                                batch.target));
+      engine->step();
+    }
+    table[comm.rank()] = engine->residency();
+    if (comm.rank() == 0) views = engine->params();
+  });
+  const int64_t ids[] = {2, 0, 3, 1};
+  int checked = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const std::string& path = views[i].path;  // "2.experts.K.linear.weight"
+    if (path.find("experts.") == std::string::npos) continue;
+    const int expert = path[path.find("experts.") + 8] - '0';
+    const int64_t owner = ids[expert] % world;
+    for (int r = 0; r < world; ++r) {
+      const ParamResidency& here = table[r][i];
+      const int64_t numel = views[i].layout.numel;
+      if (r == owner) {
+        EXPECT_EQ(here.param_elements, numel) << path << " is not whole on its owner rank " << r;
+        EXPECT_EQ(here.grad_elements, numel) << path;
+        EXPECT_EQ(here.optimizer_elements, 2 * numel) << path;
+      } else {
+        EXPECT_EQ(here.param_elements + here.master_elements + here.grad_elements +
+                      here.optimizer_elements, 0)
+            << path << " has storage on rank " << r << ", its owner is " << owner;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);  // 4 experts x (weight, bias)
+}
+
+TEST(Placement, PolicyErrorsNameTheModulePath) {
+  zerocheck::WorldOptions o;
+  o.world_size = 2;
+  zerocheck::run_world(o, [&](Comm& comm) {
+    auto expect_error = [&](const std::shared_ptr<Module>& model, const Config& config,
+                            const std::string& fragment) {
+      torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+      try {
+        initialize(model, user, config, comm);
+        ADD_FAILURE() << "accepted; expected a PlacementError with '" << fragment << "'";
+      } catch (const PlacementError& e) {
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      }
+    };
+    auto build = [](AttrValue id) {
+      auto root = std::make_shared<Sequential>();
+      auto expert = std::make_shared<Expert>(2, 2);
+      if (!id.is_none()) expert->attrs().set("id", id);
+      root->push_back(std::make_shared<MoE>(std::vector<std::shared_ptr<Module>>{expert}));
+      init_parameters(*root, 1);
+      return root;
+    };
+    expect_error(build(AttrValue()), placed_by_id(), "0.experts.0: placement policy 'attr_mod id' needs the user attribute 'id'");
+    expect_error(build(AttrValue("three")), placed_by_id(), "0.experts.0: placement policy 'attr_mod id' needs an integer");
+    Config by_map;
+    by_map.placement.kind = PlacementSpec::Kind::map;
+    by_map.placement.owners = {{"0.experts.0", 5}};
+    expect_error(build(AttrValue(int64_t{1})), by_map, "0.experts.0: placement map names rank 5");
+  });
+}
+
+TEST(Placement, ConfigSectionSelectsThePolicy) {
+  Config c = Config::parse(R"({"zerocheck": {"placement": {"kind": "map", "owners": {"1.experts.0": 1}}}})");
+  EXPECT_EQ(c.placement.kind, PlacementSpec::Kind::map);
+  EXPECT_EQ(c.placement.owners.at("1.experts.0"), 1);
+  EXPECT_EQ(Config::from_json(c.to_json()).placement, c.placement);
+  EXPECT_THROW(Config::parse(R"({"zerocheck": {"placement": {"kind": "attr_mod"}}})"), ConfigError);
+  EXPECT_THROW(Config::parse(R"({"zerocheck": {"placement": {"kind": "hash"}}})"), ConfigError);
+  EXPECT_THROW(Config::parse(R"({"zerocheck": {"placment": {}}})"), ConfigError);
+}
+
+}  // namespace
+}  // namespace zero3

@@ -1,0 +1,304 @@
+"""Replays one scenario on this rank through an adapter, checking the invariants after every op.
+
+The replay is the user: it builds the model, writes the user's attributes, owns the user's
+optimizer and runs the operations. I1 and I2 are checked after the build and after every
+operation; I5 at every repeated initialize. Anything an adapter raises becomes a finding with
+the exception text; the replay itself never stops early. An operation with nothing to act on
+(a backward without a forward, a step with no engine, a set_attr on a missing path, save/load)
+is recorded as skipped, as SCENARIO_FORMAT.md prescribes.
+
+Forward routing: through the engine that manages the root if there is one, else through the
+user's model directly (engines on submodules still see their part of the call). Backward goes
+through the engine the forward used (or the first live engine); step and zero_grad go to every
+live engine.
+"""
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from . import oracles
+from .ledger import AttributeLedger, WriteSkipped
+from .tree import RouteCursor, build_tree, run_module
+from .verdict import Finding
+
+_MASK64 = (1 << 64) - 1
+
+
+def derive_seed(*parts):
+    """Returns a 63-bit seed mixing `parts` (splitmix64), so streams never overlap by accident."""
+    state = 0
+    for part in parts:
+        state = (state ^ (part & _MASK64)) + 0x9E3779B97F4A7C15 & _MASK64
+        z = state
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK64
+        state = z ^ (z >> 31)
+    return state & ((1 << 63) - 1)
+
+
+@dataclass(eq=False)
+class LiveEngine:
+    engine: object
+    target: torch.nn.Module
+    optimizer: object
+
+
+@dataclass
+class ReplayResult:
+    findings: list = field(default_factory=list)  # [Finding]
+    skipped: list = field(default_factory=list)  # [{"op_index", "op", "what", "reason"}]
+
+
+def make_optimizer(kind, lr, params):
+    """Returns the user's optimizer over `params`, or None when there are none."""
+    params = list(params)
+    if not params:
+        return None
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr)
+
+
+def trainable_parameters(module):
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+class Replay:
+    def __init__(self, scenario, adapter, rank=0, world_size=1):
+        self.scenario = scenario
+        self.adapter = adapter
+        self.rank = rank
+        self.result = ReplayResult()
+        self._reported = set()  # identities of I1/I2 findings already reported
+        self._live = []  # [LiveEngine], in initialize order
+        self._accepted_repeats = []  # engines a correct adapter would have refused
+        self._managed = oracles.ManagedObjects()
+        self._loss = None
+        self._loss_engine = None
+        self._config = copy.deepcopy(scenario.config)
+        if world_size != scenario.world_size:
+            self._skip(None, "", "world size",
+                       f"the scenario asks for {scenario.world_size} ranks, replayed on "
+                       f"{world_size}; placement still uses {scenario.world_size}")
+            if self._config.pop("train_batch_size", None) is not None:
+                self._skip(None, "", "config.train_batch_size",
+                           "dropped: it was sized for the scenario's world size")
+
+    # ---- the run ------------------------------------------------------------------------------
+
+    def run(self):
+        """Returns the findings and skipped operations of the whole scenario."""
+        built = build_tree(self.scenario)
+        self.root = built.root
+        self.ledger = AttributeLedger(built)
+        for what, reason in self.ledger.apply_tree(self.scenario):
+            self._skip(None, "", what, reason)
+        self.placement = oracles.PlacementOracle(self.scenario, self.ledger)
+        for what, reason in self.placement.skipped:
+            self._skip(None, "", what, reason)
+        self.user_optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,
+                                             trainable_parameters(self.root))
+        self._check(None, "build")
+
+        handlers = {
+            "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
+            "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
+            "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
+            "save": self._checkpoint, "load": self._checkpoint,
+        }
+        for index, op in enumerate(self.scenario.ops):
+            handlers[op.op](index, op)
+            self._check(index, op.op)
+        self._teardown()
+        return self.result
+
+    # ---- operations ---------------------------------------------------------------------------
+
+    def _initialize(self, index, op):
+        try:
+            target = self.root.get_submodule(op.target)
+        except Exception:
+            return self._skip(index, op.op, f"target {op.target!r}", "no module at this path")
+        if op.optimizer == "same":
+            optimizer = self.user_optimizer
+        else:
+            optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,
+                                       trainable_parameters(target))
+            if optimizer is None:
+                return self._skip(index, op.op, f"fresh optimizer for {op.target!r}",
+                                  "the target has no trainable parameters")
+
+        why_refused = self._managed.refusal_reason(target, optimizer)
+        if why_refused is None:
+            ok, engine = self._attempt(index, op.op,
+                                       lambda: self.adapter.initialize(target, optimizer,
+                                                                       self._config))
+            if ok:
+                self._live.append(LiveEngine(engine, target, optimizer))
+                self._managed.add(target, optimizer)
+            return
+
+        optimizers = [self.user_optimizer, optimizer] + [e.optimizer for e in self._live]
+        before = oracles.fingerprint(self.root, optimizers)
+        exception = None
+        try:
+            engine = self.adapter.initialize(target, optimizer, self._config)
+            self._accepted_repeats.append(engine)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # whatever it raised is judged by the oracle
+            exception = e
+        changes = oracles.fingerprint_changes(before, oracles.fingerprint(self.root, optimizers))
+        self._report(oracles.judge_repeated_initialize(self.adapter, index, why_refused,
+                                                       exception, changes))
+        self._probe_training(index, refused=exception is not None)
+
+    def _probe_training(self, index, refused):
+        # A forward without gradients: proves the first engine still runs, changes no state.
+        x, _ = self._batch(index, stream=1)
+        try:
+            with torch.no_grad():
+                self._run_forward(x, RouteCursor([]))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            self._report([oracles.training_still_runs_finding(index, refused, e)])
+
+    def _forward(self, index, op):
+        x, target = self._batch(index, stream=0)
+        cursor = RouteCursor(op.route)
+
+        def forward_and_loss():
+            out = self._run_forward(x, cursor)
+            return F.mse_loss(out, target.to(out.device))
+
+        self._loss = None
+        ok, loss = self._attempt(index, op.op, forward_and_loss)
+        if ok:
+            self._loss = loss
+            root_engine = self._root_engine()
+            self._loss_engine = root_engine or (self._live[0] if self._live else None)
+
+    def _run_forward(self, x, cursor):
+        root_engine = self._root_engine()
+        if root_engine is not None:
+            return self.adapter.forward(root_engine.engine, x, cursor)
+        # The user's own call: the input goes where the model is (an engine may have moved it).
+        first = next(self.root.parameters(), None)
+        if first is not None and first.device != x.device:
+            x = x.to(first.device)
+        return run_module(self.root, x, cursor)
+
+    def _backward(self, index, op):
+        if self._loss is None:
+            return self._skip(index, op.op, "backward", "no forward since the last backward")
+        loss, live = self._loss, self._loss_engine
+        self._loss = None
+        if live is not None and live in self._live:
+            self._attempt(index, op.op, lambda: self.adapter.backward(live.engine, loss))
+        else:
+            self._attempt(index, op.op, loss.backward)
+
+    def _step(self, index, op):
+        if not self._live:
+            return self._skip(index, op.op, "step", "no engine")
+        for live in list(self._live):
+            self._attempt(index, op.op, lambda: self.adapter.step(live.engine))
+
+    def _zero_grad(self, index, op):
+        if not self._live:
+            return self._skip(index, op.op, "zero_grad", "no engine")
+        for live in list(self._live):
+            self._attempt(index, op.op, lambda: self.adapter.zero_grad(live.engine))
+
+    def _set_attr(self, index, op):
+        self._user_write(index, op,
+                         lambda: self.ledger.write(op.module, op.param, op.name, op.value))
+
+    def _del_attr(self, index, op):
+        self._user_write(index, op, lambda: self.ledger.delete(op.module, op.param, op.name))
+
+    def _user_write(self, index, op, write):
+        what = f"{op.op} {op.name!r} on module {op.module!r}" + (
+            f" parameter {op.param!r}" if op.param else "")
+        try:
+            write()
+        except WriteSkipped as e:
+            self._skip(index, op.op, what, str(e))
+        except Exception as e:  # the engine made a plain user write fail
+            self._report([Finding(
+                invariant="I1", op_index=index, op=op.op, module_path=op.module, param=op.param,
+                attribute=op.name, exception=f"{type(e).__name__}: {e}",
+                message=f"the user's {what} raised {type(e).__name__}: {e}")])
+
+    def _release(self, index, op):
+        if not self._live and not self._accepted_repeats:
+            return self._skip(index, op.op, op.op, "no engine")
+        self._release_all(index, op.op)
+
+    def _checkpoint(self, index, op):
+        self._skip(index, op.op, op.op, "save/load are not replayed upstream (sharded checkpoints "
+                                        "are engine-specific; I6 is the C++ harness's)")
+
+    def _teardown(self):
+        if self._live or self._accepted_repeats:
+            self._release_all(None, "teardown")
+
+    def _release_all(self, index, label):
+        engines = [live.engine for live in self._live] + self._accepted_repeats
+        for engine in engines:
+            self._attempt(index, label, lambda: self.adapter.release(engine))
+        self._live.clear()
+        self._accepted_repeats.clear()
+        self._managed.clear()
+        self._loss_engine = None
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _root_engine(self):
+        for live in self._live:
+            if live.target is self.root:
+                return live
+        return None
+
+    def _batch(self, index, stream):
+        """Returns (input, target) for op `index` on this rank: pure functions of the seed."""
+        generator = torch.Generator()
+        generator.manual_seed(derive_seed(self.scenario.seed, index, self.rank, stream))
+        shape = (self.scenario.batch, self.scenario.features)
+        return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+
+    def _attempt(self, index, op, action):
+        """Runs `action`: returns (True, result), or (False, None) after reporting its error."""
+        try:
+            return True, action()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit from a library is a finding too, not our exit
+            self._report([Finding(
+                invariant="op", op_index=index, op=op, expected="no exception",
+                actual=type(e).__name__, exception=f"{type(e).__name__}: {e}",
+                message=f"{op} raised {type(e).__name__}: {e}")])
+            return False, None
+
+    def _check(self, index, op):
+        findings = oracles.check_user_attributes(self.ledger, index, op)
+        findings += self.placement.check(index, op)
+        fresh = []
+        for finding in findings:
+            # A clobbered attribute stays clobbered; report it when it first appears (or changes).
+            key = (finding.invariant, finding.module_path, finding.param, finding.attribute,
+                   repr(finding.expected), repr(finding.actual))
+            if key not in self._reported:
+                self._reported.add(key)
+                fresh.append(finding)
+        self._report(fresh)
+
+    def _report(self, findings):
+        self.result.findings.extend(findings)
+
+    def _skip(self, index, op, what, reason):
+        self.result.skipped.append({"op_index": index, "op": op, "what": what, "reason": reason})

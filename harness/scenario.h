@@ -1,0 +1,148 @@
+// Scenario: one whole test case, the currency of the harness.
+//
+// A world size, a seed, a DeepSpeed config, a module tree with user attributes (on modules and
+// parameters), frozen parameters, shared (tied) submodules and experts, a placement policy, and
+// a list of operations. rapidcheck generates it, the fuzzers decode it from bytes, `zerocheck
+// replay` reads it from JSON, `zerocheck export` writes it for the upstream DeepSpeed replay.
+// harness/SCENARIO_FORMAT.md documents the JSON form ("format": "zerocheck-scenario/1").
+//
+// The tree is a list of nodes; node 0 is the root and every child index is greater than its
+// parent's, so the tree is acyclic by construction. A node listed as a child twice (or by two
+// parents) is one shared module: tied weights. Every module maps `features` -> `features`.
+#pragma once
+
+#include "engine/attr_dict.h"
+#include "engine/config.h"
+#include "engine/errors.h"
+#include "engine/module.h"
+#include "engine/placement.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zerocheck {
+
+// Malformed scenario input. The message starts with the JSON path ("tree[3].children[0]: ...").
+class ScenarioError : public zero3::Error {
+ public:
+  using zero3::Error::Error;
+};
+
+inline constexpr const char* kScenarioFormat = "zerocheck-scenario/1";
+
+// X(kind, has children, has parameters): the node kinds a tree is built from.
+#define ZEROCHECK_NODE_KINDS(X)  \
+  X(Linear, false, true)         \
+  X(LayerNorm, false, true)      \
+  X(Tanh, false, false)          \
+  X(Offset, false, true)         \
+  X(Expert, false, true)         \
+  X(Sequential, true, false)     \
+  X(ModuleList, true, false)     \
+  X(MoE, true, false)
+
+struct AttrEntry {
+  std::string name;
+  zero3::AttrValue value;
+};
+
+struct NodeSpec {
+  std::string kind;
+  std::vector<int64_t> shape;      // Offset: the parameter's shape (may hold zeros)
+  bool bias = true;                // Linear: whether it has a bias
+  std::vector<int> children;       // Sequential, ModuleList, MoE (its experts)
+  std::vector<AttrEntry> attrs;    // user attributes of the module, in order
+  std::map<std::string, std::vector<AttrEntry>> param_attrs;  // by local parameter name
+  std::vector<std::string> frozen;                            // local names, requires_grad=false
+};
+
+// X(op name): the operations a scenario runs, in the order the interpreter documents them.
+#define ZEROCHECK_OP_KINDS(X) \
+  X(initialize) X(forward) X(backward) X(step) X(zero_grad) X(set_attr) X(del_attr) X(release) \
+  X(save) X(load) X(destroy)
+
+enum class OpKind {
+#define ZEROCHECK_OP_ENUM(name) name,
+  ZEROCHECK_OP_KINDS(ZEROCHECK_OP_ENUM)
+#undef ZEROCHECK_OP_ENUM
+};
+
+const char* to_string(OpKind kind);
+
+struct Op {
+  OpKind kind = OpKind::forward;
+  // initialize: which optimizer ("same": the user's existing one, "fresh": a new one) and which
+  // module ("" for the root, or a module path: a submodule).
+  std::string optimizer = "same";
+  std::string target;
+  // forward: expert choices, consumed by MoE layers in call order, cyclically, each taken
+  // modulo the layer's expert count (so any list is valid and shrinking keeps it valid).
+  std::vector<int64_t> route;
+  // set_attr / del_attr: the module path, an optional local parameter name, the attribute.
+  std::string module;
+  std::string param;
+  std::string name;
+  zero3::AttrValue value;
+};
+
+struct Scenario {
+  int world_size = 2;
+  uint64_t seed = 1;
+  int64_t features = 4;
+  int64_t batch = 2;
+  std::string optimizer = "adam";  // "adam" or "sgd"
+  double lr = 0.01;
+  zero3::Config config;
+  std::vector<NodeSpec> tree;      // tree[0] is the root
+  zero3::PlacementSpec placement;
+  std::vector<Op> ops;
+};
+
+// Limits the reader enforces (and generators respect).
+inline constexpr int kMaxWorldSize = 8;
+inline constexpr int64_t kMaxFeatures = 64;
+inline constexpr size_t kMaxNodes = 256;
+inline constexpr size_t kMaxOps = 1024;
+inline constexpr int64_t kMaxParamNumel = 1 << 16;
+
+// Returns the scenario in `text`. Throws ScenarioError naming the JSON path of the first problem.
+Scenario parse_scenario(std::string_view text);
+// Returns the scenario in `json`. Throws ScenarioError naming the JSON path.
+Scenario scenario_from_json(const nlohmann::json& json);
+// Returns the JSON form; scenario_from_json(to_json(s)) == s for every valid s.
+nlohmann::json to_json(const Scenario& scenario);
+
+// Throws ScenarioError when the scenario breaks a structural rule (also run by the reader).
+void validate(const Scenario& scenario);
+
+// Builds the tree: fresh modules, user attributes set (owner "user"), frozen parameters, and
+// parameters initialised from the scenario's seed. Identical on every call.
+std::shared_ptr<zero3::Module> build_tree(const Scenario& scenario);
+
+// Returns the route as the engine takes it (cyclic, choices taken modulo each layer's size).
+zero3::Route route_of(const Op& op);
+
+// Returns the JSON form of an attribute value (tensors as {"tensor": [...], "shape": [...]}).
+nlohmann::json attr_value_to_json(const zero3::AttrValue& value);
+
+// Returns a compact, readable rendering: the tree with attributes, then the numbered ops.
+std::string describe(const Scenario& scenario);
+
+// Counts for summaries and shrink reports.
+struct ScenarioShape {
+  int64_t modules = 0;  // distinct modules in the tree
+  int64_t ops = 0;
+  bool tied = false;
+  bool frozen = false;
+  bool zero_size = false;
+  bool experts = false;
+};
+ScenarioShape shape_of(const Scenario& scenario);
+
+}  // namespace zerocheck
