@@ -82,7 +82,12 @@ void Engine::load_checkpoint(const std::string& dir) {
       shards.push_back(shard);
     }
     torch::serialize::InputArchive optimizer_archive;
-    if (archive.try_read("optimizer", optimizer_archive)) state_->optimizer->load(optimizer_archive);
+    if (archive.try_read("optimizer", optimizer_archive)) {
+      // LibTorch's load only adds the state it finds: state created after the save (a parameter
+      // that had no gradient then) would survive the load. Start from nothing, as saved.
+      state_->optimizer->state().clear();
+      state_->optimizer->load(optimizer_archive);
+    }
     state_->micro_steps = micro_steps.toInt();
   } catch (const CheckpointError&) {
     throw;

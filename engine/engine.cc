@@ -72,6 +72,13 @@ void assign_placement(EngineState& state, const EngineOptions& options) {
                              ": placement policy chose rank " + std::to_string(*decided) +
                              ", outside a world of " + std::to_string(world));
       owner = record.owner = *decided;
+      // Routes do not travel with inputs: the owner could not know which expert a nested MoE
+      // of the sender should pick.
+      for (const auto& inner : unique_modules(std::shared_ptr<Module>(std::shared_ptr<Module>(), &module)))
+        if (inner.module->kind() == "MoE")
+          throw PlacementError((record.path.empty() ? "<root>" : record.path) +
+                               ": a placed module must not contain an MoE layer ('" +
+                               (record.path.empty() ? inner.path : record.path + "." + inner.path) + "')");
     }
     if (owner >= 0)
       for (ManagedParam* p : record.own_params) {

@@ -86,7 +86,7 @@ void init_parameters(Module& root, uint64_t seed) {
   at::NoGradGuard no_grad;
   for (at::Tensor& p : unique_parameters(root)) {
     if (p.numel() == 0) continue;
-    const int64_t fan_in = p.dim() >= 2 ? p.size(1) : p.size(0);
+    const int64_t fan_in = p.dim() >= 2 ? p.size(1) : p.dim() == 1 ? p.size(0) : 1;
     const double bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)));
     p.uniform_(-bound, bound, generator);
   }

@@ -50,16 +50,25 @@ int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer) {
 
 namespace {
 
+// The state tensors of one parameter, in a fixed order.
+std::vector<at::Tensor> tensors_of_state(const torch::optim::OptimizerParamState* state) {
+  std::vector<at::Tensor> out;
+  auto keep = [&](const at::Tensor& t) {
+    if (t.defined()) out.push_back(t);
+  };
+  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+    keep(s->exp_avg()), keep(s->exp_avg_sq()), keep(s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+    keep(s->exp_avg()), keep(s->exp_avg_sq()), keep(s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+    keep(s->momentum_buffer());
+  }
+  return out;
+}
+
 int64_t numel_of_state(const torch::optim::OptimizerParamState* state) {
   int64_t total = 0;
-  auto count = [&](const at::Tensor& t) { total += t.defined() ? t.numel() : 0; };
-  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
-    count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
-  } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
-    count(s->exp_avg()), count(s->exp_avg_sq()), count(s->max_exp_avg_sq());
-  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
-    count(s->momentum_buffer());
-  }
+  for (const auto& t : tensors_of_state(state)) total += t.numel();
   return total;
 }
 
@@ -82,12 +91,30 @@ int64_t state_numel(torch::optim::Optimizer& optimizer) {
   return total;
 }
 
-int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
-  if (!param.defined()) return 0;
+namespace {
+
+const torch::optim::OptimizerParamState* find_state(torch::optim::Optimizer& optimizer,
+                                                    const at::Tensor& param) {
+  if (!param.defined()) return nullptr;
   auto& states = optimizer.state();
   using Key = std::decay_t<decltype(states.begin()->first)>;
   auto it = states.find(state_key<Key>(param));
-  return it == states.end() ? 0 : numel_of_state(it->second.get());
+  return it == states.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  const auto* state = find_state(optimizer, param);
+  return state ? numel_of_state(state) : 0;
+}
+
+at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  const auto* state = find_state(optimizer, param);
+  if (!state) return at::Tensor();
+  std::vector<at::Tensor> flat;
+  for (const auto& t : tensors_of_state(state)) flat.push_back(t.detach().reshape({-1}).cpu());
+  return flat.empty() ? at::Tensor() : at::cat(flat);
 }
 
 }  // namespace zero3

@@ -25,6 +25,9 @@ int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer);
 
 // Returns the number of elements held in the optimizer's per-parameter state tensors.
 int64_t state_numel(torch::optim::Optimizer& optimizer);
+// Returns every state tensor the optimizer holds for `param`, flattened and concatenated in a
+// fixed order (undefined when it holds none): an exact fingerprint for round-trip checks.
+at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 // Returns the number of state elements the optimizer holds for `param` (0 when none).
 int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 

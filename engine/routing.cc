@@ -101,7 +101,8 @@ at::Tensor EngineState::call_placed(Module& module, const ModuleRecord& record,
   if (!at::GradMode::is_enabled()) {
     return route_forward(record, input, nullptr, &handle->max_rows);
   }
-  at::Tensor anchor = at::zeros({}, at::TensorOptions().requires_grad(true));
+  // at:: factories ignore requires_grad in their options; set it on the tensor.
+  at::Tensor anchor = at::zeros({}).requires_grad_(true);
   return RoutedCall::apply(input, anchor, c10::IValue::make_capsule(handle));
 }
 
@@ -159,7 +160,7 @@ at::Tensor EngineState::route_forward(const ModuleRecord& record, const at::Tens
       throw UsageError("placed module '" + target.path + "' must map its input shape to itself, got " +
                        c10::str(x.sizes()) + " -> " + c10::str(y.sizes()));
     chunk_of(replies, r, chunk).narrow(0, 0, y.numel()).copy_(y.detach().reshape({-1}).cpu());
-    if (served) served->push_back({r, x, y});
+    if (served) served->push_back(ServedCall{r, sender_module[static_cast<size_t>(r)], x, y});
   }
   at::Tensor answers = at::empty_like(replies);
   comm.all_to_all(replies, answers);
@@ -182,8 +183,28 @@ at::Tensor EngineState::route_backward(const ModuleRecord& record, const at::Ten
   for (const ServedCall& call : served) {
     at::Tensor grad = chunk_of(received, call.sender, chunk).narrow(0, 0, call.output.numel())
                           .view(call.output.sizes()).to(call.output.device());
-    if (call.output.requires_grad()) torch::autograd::backward({call.output}, {grad});
-    at::Tensor grad_input = call.input.grad();
+    const ModuleRecord& target = *module_by_id.at(static_cast<size_t>(call.module_id));
+    std::vector<ManagedParam*> trained;
+    std::vector<at::Tensor> inputs{call.input};
+    for (const auto& t : target.module->parameters(/*recurse=*/true)) {
+      ManagedParam* p = param_by_impl.at(t.unsafeGetTensorImpl());
+      if (!p->trainable || std::find(trained.begin(), trained.end(), p) != trained.end()) continue;
+      trained.push_back(p);
+      inputs.push_back(p->param);
+    }
+    at::Tensor grad_input;
+    if (call.output.requires_grad()) {
+      const auto grads = torch::autograd::grad({call.output}, inputs, {grad}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+      grad_input = grads[0];
+      for (size_t i = 0; i < trained.size(); ++i) {
+        if (!grads[i + 1].defined()) continue;
+        auto& slots = placed_grads[trained[i]];
+        slots.resize(static_cast<size_t>(world));
+        at::Tensor& slot = slots[static_cast<size_t>(call.sender)];
+        slot = slot.defined() ? slot + grads[i + 1] : grads[i + 1];  // arrival order, as autograd sums
+      }
+    }
     if (grad_input.defined())
       chunk_of(replies, call.sender, chunk).narrow(0, 0, grad_input.numel())
           .copy_(grad_input.reshape({-1}).cpu());

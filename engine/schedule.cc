@@ -89,6 +89,13 @@ void EngineState::on_gradient_ready(ManagedParam& p) {
 
 void EngineState::finish_placed_gradients() {
   at::NoGradGuard no_grad;
+  for (auto& [p, per_sender] : placed_grads) {
+    at::Tensor full_grad;
+    for (const at::Tensor& g : per_sender)  // senders in rank order: ((g0 + g1) + g2) ...
+      if (g.defined()) full_grad = full_grad.defined() ? full_grad.add_(g) : g.clone();
+    if (full_grad.defined()) p->param.mutable_grad() = full_grad;
+  }
+  placed_grads.clear();
   for (auto& p : params) {
     if (!p->placed() || p->owner != comm.rank()) continue;
     at::Tensor full_grad = p->param.grad();

@@ -29,6 +29,7 @@ struct ModuleRecord {
 // What a call to a placed module served on this rank, kept for its backward.
 struct ServedCall {
   int sender = 0;
+  int64_t module_id = 0;  // the placed module it ran
   at::Tensor input;   // the received input, a leaf that collects its gradient
   at::Tensor output;  // computed here, connected to the expert's parameters
 };
@@ -76,6 +77,10 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   int64_t micro_steps = 0;
   bool released = false;
   bool computing_placed = false;  // the owner is running a placed module for a sender
+  // Gradients of placed parameters collected on their owner during a backward, per sender rank.
+  // Summed per sender in arrival order and then over senders in rank order, they come out
+  // bit-identical to dense training over all micro-batches, even when a module runs twice.
+  std::unordered_map<ManagedParam*, std::vector<at::Tensor>> placed_grads;
 };
 
 }  // namespace zero3

@@ -49,7 +49,7 @@ TEST(Initialize, OptimizerMustCoverExactlyTheTrainableParameters) {
               std::string::npos);
 
     auto extra = params;
-    extra.push_back(at::zeros({3}, at::TensorOptions().requires_grad(true)));
+    extra.push_back(at::zeros({3}).requires_grad_(true));
     torch::optim::Adam foreign(extra, torch::optim::AdamOptions(0.1));
     EXPECT_NE(mismatch_of(model, foreign, comm).find("is not a parameter of the model"),
               std::string::npos);

@@ -18,7 +18,12 @@ inline constexpr int kExitUsage = 2;
   X(train, register_train_command,                                                               \
     "train a model under ZeRO-3 next to dense training; check parity and exact accounting")       \
   X(repro, register_repro_command,                                                               \
-    "replay a known bug report (`repro seed`: DeepSpeed 0.15.4 clobbering expert ids)")
+    "replay a known bug report (`repro seed`: DeepSpeed 0.15.4 clobbering expert ids)")           \
+  X(check, register_check_command,                                                               \
+    "run random scenarios against an engine; shrink and save any violation")                    \
+  X(replay, register_replay_command, "run one scenario file and print its history and verdict")  \
+  X(mutants, register_mutants_command,                                                           \
+    "run check against every planted fault and print which invariant kills it")
 
 #define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
   void registrar(CLI::App& command, int& exit_code);

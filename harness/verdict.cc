@@ -1,0 +1,24 @@
+#include "harness/verdict.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace zerocheck {
+
+std::string Violation::to_text() const {
+  std::string out = fmt::format("{} violated after operation #{} on rank {}", invariant, op_index, rank);
+  if (!module_path.empty() || !attribute.empty())
+    out += fmt::format(" at module '{}'{}", module_path, attribute.empty() ? "" : ", '" + attribute + "'");
+  out += ": " + message;
+  if (!expected.empty() || !actual.empty())
+    out += fmt::format("\n  expected: {}\n  actual:   {}", expected, actual);
+  return out;
+}
+
+nlohmann::json Violation::to_json() const {
+  return {{"invariant", invariant}, {"op_index", op_index}, {"rank", rank},
+          {"module_path", module_path}, {"attribute", attribute}, {"expected", expected},
+          {"actual", actual}, {"message", message}};
+}
+
+}  // namespace zerocheck
