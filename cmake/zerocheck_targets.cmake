@@ -14,11 +14,11 @@ function(zerocheck_library name)
   target_precompile_headers(${name} REUSE_FROM ${ZEROCHECK_PCH_TARGET})
 endfunction()
 
-# zerocheck_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT seconds] [NO_PCH])
+# zerocheck_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT seconds] [ENVIRONMENT "K=V"...] [NO_PCH])
 # A GoogleTest binary; every test case becomes its own ctest entry with the labels and timeout.
 # NO_PCH: for tests that do not touch LibTorch (e.g. ones that only run the CLI).
 function(zerocheck_test name)
-  cmake_parse_arguments(ARG "NO_PCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "NO_PCH" "TIMEOUT" "SOURCES;DEPS;LABELS;ENVIRONMENT" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -29,6 +29,6 @@ function(zerocheck_test name)
     target_precompile_headers(${name} REUSE_FROM ${ZEROCHECK_PCH_TARGET})
   endif()
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ARG_ENVIRONMENT}"
     DISCOVERY_TIMEOUT 60)
 endfunction()

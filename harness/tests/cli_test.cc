@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -62,6 +63,72 @@ TEST(Cli, ReproSeedExitCodesFollowTheVerdict) {
   EXPECT_NE(reference.output.find("verdict: INTACT"), std::string::npos);
   EXPECT_EQ(run_cli("repro seed --engine nonesuch").exit_code, 2);
   EXPECT_EQ(run_cli("repro").exit_code, 2);
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = "/tmp/zerocheck_cli_" + name + "_" + std::to_string(::getpid());
+  std::system(("rm -rf " + dir).c_str());
+  return dir;
+}
+
+TEST(Cli, CheckPassesOnTheReferenceEngine) {
+  const CliRun run = run_cli("check --engine reference --world 2 --cases 150 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  EXPECT_EQ(json["passed"], true);
+  EXPECT_EQ(json["cases_run"], 150);
+  EXPECT_TRUE(json["violations"].empty());
+  EXPECT_GT(json["cases_per_second"].get<double>(), 0);
+}
+
+TEST(Cli, ACheckViolationIsShrunkWrittenAndReplaysForEveryWorldSize) {
+  for (int world = 1; world <= 4; ++world) {
+    const std::string out = temp_dir("check" + std::to_string(world));
+    const CliRun run = run_cli("check --engine legacy-0.15.4 --world " + std::to_string(world) +
+                               " --cases 200 --json --out " + out);
+    ASSERT_EQ(run.exit_code, 1) << run.output;
+    const auto json = nlohmann::json::parse(run.output);
+    const auto& v = json["violations"].at(0);
+    EXPECT_EQ(v["invariant"], "I1");
+    EXPECT_LE(v["modules"].get<int>(), 2);
+    EXPECT_LE(v["ops"].get<int>(), 2);
+    const std::string replay = v["replay"].get<std::string>();
+    ASSERT_EQ(replay.rfind("zerocheck replay ", 0), 0u) << replay;
+    for (int again = 0; again < 2; ++again) {  // deterministic: the same verdict every time
+      const CliRun replayed = run_cli(replay.substr(std::string("zerocheck ").size()) + " --json");
+      EXPECT_EQ(replayed.exit_code, 1) << replayed.output;
+      EXPECT_EQ(nlohmann::json::parse(replayed.output)["violation"]["invariant"], "I1");
+    }
+    std::system(("rm -rf " + out).c_str());
+  }
+}
+
+TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
+  const std::string out = temp_dir("mutants");
+  const CliRun run = run_cli("mutants --json --time-per-fault 20 --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto rows = nlohmann::json::parse(run.output);
+  ASSERT_GE(rows.size(), 8u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["killed"], true) << row.dump();
+    EXPECT_EQ(row["invariant"], row["expected_invariant"]) << row.dump();
+    for (const char* key : {"fault", "killed", "invariant", "cases_to_kill", "seconds_to_kill", "modules", "ops"})
+      EXPECT_TRUE(row.contains(key)) << key;
+    if (row["fault"] == "legacy-0.15.4") {
+      EXPECT_LE(row["cases_to_kill"].get<int>(), 5);
+      EXPECT_LE(row["modules"].get<int>(), 2);
+      EXPECT_LE(row["ops"].get<int>(), 2);
+    }
+  }
+  std::system(("rm -rf " + out).c_str());
+}
+
+TEST(Cli, ReplayOfAMalformedScenarioExitsTwoNamingThePath) {
+  const CliRun run = run_cli(std::string("replay ") + ZEROCHECK_SOURCE_DIR +
+                             "/harness/tests/scenarios/malformed/child_backwards.json");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("$.tree[2].children[0]"), std::string::npos) << run.output;
+  EXPECT_EQ(run_cli("replay /nonexistent/scenario.json").exit_code, 2);
 }
 
 TEST(Cli, BadUsageExitsTwo) {

@@ -1,0 +1,83 @@
+// Checked-in scenario files: every malformed one is refused with the JSON path of its culprit
+// (as `zerocheck replay` reports it, exit 2), every valid one holds on the reference engine.
+#include <gtest/gtest.h>
+
+#include "harness/runner.h"
+#include "harness/scenario.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace zerocheck {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kScenarios = fs::path(ZEROCHECK_SOURCE_DIR) / "harness/tests/scenarios";
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// file -> the fragment its error must contain
+std::vector<std::pair<std::string, std::string>> malformed_cases() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(read_file(kScenarios / "malformed/EXPECTED.tsv"));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto tab = line.find('\t');
+    out.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  return out;
+}
+
+TEST(ScenarioFiles, EveryMalformedFileIsListedAndThereAreAtLeastTwenty) {
+  const auto cases = malformed_cases();
+  EXPECT_GE(cases.size(), 20u);
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(kScenarios / "malformed"))
+    if (entry.path().extension() == ".json") ++files;
+  EXPECT_EQ(files, cases.size()) << "a malformed scenario file has no expected message";
+}
+
+class MalformedScenario : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(MalformedScenario, IsAScenarioErrorNamingTheJsonPath) {
+  const auto& [file, fragment] = GetParam();
+  const std::string text = read_file(kScenarios / "malformed" / file);
+  try {
+    parse_scenario(text);
+    FAIL() << file << " was accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << file << ": " << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("$", 0), 0u) << "the message must start with the JSON path";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, MalformedScenario, ::testing::ValuesIn(malformed_cases()),
+                         [](const auto& info) {
+                           std::string name = info.param.first.substr(0, info.param.first.size() - 5);
+                           return name;
+                         });
+
+TEST(ScenarioFiles, ValidFilesHoldOnTheReferenceAndCatchLegacy) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(kScenarios / "valid")) {
+    const Scenario s = parse_scenario(read_file(entry.path()));
+    EXPECT_TRUE(run_scenario(s, RunOptions{}).ok()) << entry.path();
+    RunOptions legacy;
+    legacy.fault = zero3::Fault::legacy_0_15_4;
+    const Verdict v = run_scenario(s, legacy);
+    ASSERT_FALSE(v.ok()) << entry.path();
+    EXPECT_EQ(v.violation->invariant, "I1");
+    ++count;
+  }
+  EXPECT_GT(count, 0);
+}
+
+}  // namespace
+}  // namespace zerocheck
