@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 namespace zerocheck::cli {
 namespace {
@@ -57,7 +58,7 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.callback([args, &exit_code] {
     args->options.fault = engine_by_name(args->engine);
     args->options.comm = comm_kind_by_name(args->comm);
-    const bool tty = !args->json;
+    const bool tty = !args->json && ::isatty(2);  // a progress line only where someone watches
     const CheckResult result = run_check(args->options, [&](int64_t cases, double seconds) {
       if (tty)
         std::cerr << fmt::format("\rzerocheck check: {} cases, {:.0f} cases/s, engine {}   ", cases,

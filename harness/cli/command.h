@@ -23,7 +23,11 @@ inline constexpr int kExitUsage = 2;
     "run random scenarios against an engine; shrink and save any violation")                    \
   X(replay, register_replay_command, "run one scenario file and print its history and verdict")  \
   X(mutants, register_mutants_command,                                                           \
-    "run check against every planted fault and print which invariant kills it")
+    "run check against every planted fault and print which invariant kills it")                 \
+  X(export, register_export_command,                                                             \
+    "write scenarios (covering the collision dictionary) for the upstream DeepSpeed replay")     \
+  X(upstream, register_upstream_command,                                                         \
+    "replay exported scenarios on an installed DeepSpeed and group the findings")
 
 #define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
   void registrar(CLI::App& command, int& exit_code);

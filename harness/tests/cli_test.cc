@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +130,27 @@ TEST(Cli, ReplayOfAMalformedScenarioExitsTwoNamingThePath) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("$.tree[2].children[0]"), std::string::npos) << run.output;
   EXPECT_EQ(run_cli("replay /nonexistent/scenario.json").exit_code, 2);
+}
+
+TEST(Cli, ExportCoversTheDictionaryAndBothRepeatedInitializes) {
+  const std::string out = temp_dir("export");
+  const CliRun run = run_cli("export --cases 3 --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream in(out + "/manifest.json");
+  const auto manifest = nlohmann::json::parse(in);
+  const auto& coverage = manifest["coverage"];
+  EXPECT_TRUE(coverage["names_on_modules_missing"].empty()) << coverage.dump();
+  EXPECT_TRUE(coverage["names_on_parameters_missing"].empty()) << coverage.dump();
+  EXPECT_GT(coverage["repeated_initialize_same_optimizer"].get<int>(), 0);
+  EXPECT_GT(coverage["repeated_initialize_fresh_optimizer"].get<int>(), 0);
+  bool seed = false;
+  for (const auto& entry : manifest["scenarios"]) {
+    seed |= entry["source"] == "seed";
+    const CliRun replay = run_cli("replay " + out + "/" + entry["file"].get<std::string>() + " --json");
+    EXPECT_EQ(replay.exit_code, 0) << entry["file"] << replay.output;  // exported scenarios hold here
+  }
+  EXPECT_TRUE(seed);
+  std::system(("rm -rf " + out).c_str());
 }
 
 TEST(Cli, BadUsageExitsTwo) {

@@ -1,0 +1,57 @@
+#include "fuzz/replay_files.h"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <stdexcept>
+
+namespace zerocheck::fuzz {
+namespace {
+
+std::string safe_name(const std::string& prefix, const std::string& path) {
+  std::string name = prefix;
+  for (char c : std::filesystem::path(path).filename().string())
+    name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return name;
+}
+
+}  // namespace
+
+std::vector<ReplayFile> replay_files(const std::vector<std::string>& corpus,
+                                     const std::vector<std::string>& regressions) {
+  std::vector<ReplayFile> files;
+  std::set<std::string> taken;
+  auto add = [&](const std::string& prefix, const std::string& path) {
+    std::string name = safe_name(prefix, path);
+    for (int n = 2; !taken.insert(name).second; ++n) name = safe_name(prefix, path) + "_" + std::to_string(n);
+    files.push_back({path, name});
+  };
+  for (const auto& path : corpus) add("corpus_", path);
+  for (const auto& path : regressions) add("regression_", path);
+  return files;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open '" + path + "'");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("error while reading '" + path + "'");
+  return bytes;
+}
+
+testing::AssertionResult read_replay_file(const ReplayFile& file, std::string* bytes) {
+  try {
+    *bytes = read_file_bytes(file.path);
+  } catch (const std::exception& e) {
+    return testing::AssertionFailure() << e.what();
+  }
+  return testing::AssertionSuccess();
+}
+
+std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info) { return info.param.test_name; }
+
+void PrintTo(const ReplayFile& file, std::ostream* out) { *out << file.path; }
+
+}  // namespace zerocheck::fuzz

@@ -1,0 +1,35 @@
+// The files a replay test runs: one target's seed corpus (fuzz/corpus/<target>/) and minimised
+// crashes (fuzz/regressions/<target>/), listed by fuzz/CMakeLists.txt when it configures. The
+// listing is a CONFIGURE_DEPENDS glob, so adding or removing a file re-lists on the next build.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace zerocheck::fuzz {
+
+struct ReplayFile {
+  std::string path;
+  std::string test_name;  // "corpus_<file>" or "regression_<file>", made GoogleTest-safe and unique
+};
+
+// Returns the corpus files, then the regressions, each with its test name.
+std::vector<ReplayFile> replay_files(const std::vector<std::string>& corpus,
+                                     const std::vector<std::string>& regressions);
+
+// Returns the bytes of `path`. Throws std::runtime_error naming the path when it cannot be
+// opened or read completely.
+std::string read_file_bytes(const std::string& path);
+
+// Reads `file` into `bytes`; the failure names the path and the reason (ASSERT_TRUE on it).
+testing::AssertionResult read_replay_file(const ReplayFile& file, std::string* bytes);
+
+// The parameter-name generator for INSTANTIATE_TEST_SUITE_P over replay_files().
+std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info);
+
+// So a failing case prints its path.
+void PrintTo(const ReplayFile& file, std::ostream* out);
+
+}  // namespace zerocheck::fuzz
