@@ -1,6 +1,7 @@
 #include "engine/optimizer_rebuild.h"
 
 #include "engine/errors.h"
+#include "engine/internal/torch_compat.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -72,17 +73,6 @@ int64_t numel_of_state(const torch::optim::OptimizerParamState* state) {
   return total;
 }
 
-// LibTorch 1.13 keys optimizer state by the TensorImpl address printed as a string; later
-// versions key it by the address itself. Both derive from the same pointer.
-template <class Key>
-Key state_key(const at::Tensor& param) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
-
 }  // namespace
 
 int64_t state_numel(torch::optim::Optimizer& optimizer) {
@@ -98,7 +88,7 @@ const torch::optim::OptimizerParamState* find_state(torch::optim::Optimizer& opt
   if (!param.defined()) return nullptr;
   auto& states = optimizer.state();
   using Key = std::decay_t<decltype(states.begin()->first)>;
-  auto it = states.find(state_key<Key>(param));
+  auto it = states.find(compat::optimizer_state_key<Key>(param));
   return it == states.end() ? nullptr : it->second.get();
 }
 
