@@ -60,14 +60,6 @@ Gen<std::vector<AttrEntry>> gen_attrs(int max) {
                   });
 }
 
-std::vector<std::string> params_of(const NodeSpec& node) {
-  if (node.kind == "Linear") return node.bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
-  if (node.kind == "LayerNorm") return {"weight", "bias"};
-  if (node.kind == "Offset") return {"value"};
-  if (node.kind == "Expert") return {"linear.weight", "linear.bias"};
-  return {};
-}
-
 Gen<Subtree> gen_leaf(bool expert_ids) {
   return gen::exec([expert_ids] {
     Subtree t;
@@ -85,7 +77,7 @@ Gen<Subtree> gen_leaf(bool expert_ids) {
                          t.node.attrs.end());
       t.node.attrs.insert(t.node.attrs.begin(), {"id", zero3::AttrValue(id)});
     }
-    for (const auto& name : params_of(t.node)) {
+    for (const auto& name : param_names(t.node)) {
       if (*gen::weightedElement<bool>({{3, false}, {1, true}})) t.node.param_attrs[name] = *gen_attrs(2);
       if (t.node.param_attrs.count(name) && t.node.param_attrs[name].empty()) t.node.param_attrs.erase(name);
       if (*gen::weightedElement<bool>({{7, false}, {1, true}})) t.node.frozen.push_back(name);

@@ -120,15 +120,6 @@ bool kind_has_children(const std::string& kind) {
   return false;
 }
 
-// The local parameter names a node kind has (an Expert's live on its `linear` child).
-std::vector<std::string> param_names(const NodeSpec& node) {
-  if (node.kind == "Linear") return node.bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
-  if (node.kind == "LayerNorm") return {"weight", "bias"};
-  if (node.kind == "Offset") return {"value"};
-  if (node.kind == "Expert") return {"linear.weight", "linear.bias"};
-  return {};
-}
-
 NodeSpec read_node(const At& at) {
   at.object({"kind", "shape", "bias", "children", "attrs", "param_attrs", "frozen"});
   NodeSpec node;
@@ -409,6 +400,14 @@ std::shared_ptr<zero3::Module> build_tree(const Scenario& s) {
   }
   zero3::init_parameters(*built[0], s.seed);
   return built[0];
+}
+
+std::vector<std::string> param_names(const NodeSpec& node) {
+  if (node.kind == "Linear") return node.bias ? std::vector<std::string>{"weight", "bias"} : std::vector<std::string>{"weight"};
+  if (node.kind == "LayerNorm") return {"weight", "bias"};
+  if (node.kind == "Offset") return {"value"};
+  if (node.kind == "Expert") return {"linear.weight", "linear.bias"};  // its Linear's
+  return {};
 }
 
 zero3::Route route_of(const Op& op) { return zero3::Route::cyclic(op.route); }

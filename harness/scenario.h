@@ -125,6 +125,9 @@ void validate(const Scenario& scenario);
 // parameters initialised from the scenario's seed. Identical on every call.
 std::shared_ptr<zero3::Module> build_tree(const Scenario& scenario);
 
+// Returns the local parameter names a node of this kind has ("linear.weight" for an Expert).
+std::vector<std::string> param_names(const NodeSpec& node);
+
 // Returns the route as the engine takes it (cyclic, choices taken modulo each layer's size).
 zero3::Route route_of(const Op& op);
 
