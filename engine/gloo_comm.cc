@@ -77,7 +77,16 @@ class GlooComm final : public Comm {
           abandoned_ = true;
           throw_if_aborted(op);
         }
-        if (work->isCompleted()) fail(op, e.what());  // Gloo itself reported an error
+        // The slice may have ended just as the work completed: wait again, unbounded now, to
+        // get either success or Gloo's own error rather than our slice's timeout.
+        if (work->isCompleted()) {
+          try {
+            work->wait();
+            return;
+          } catch (const std::exception& real) {
+            fail(op, real.what());
+          }
+        }
       }
       if (options().abort && options().abort->tripped()) {
         abandoned_ = true;

@@ -60,6 +60,9 @@ void run_world(const WorldOptions& options, const std::function<void(zero3::Comm
         comm = local_group ? local_group->comm_for(rank)
                            : zero3::make_gloo_comm(rendezvous, rank, options.world_size, comm_options);
         body(*comm);
+        // Nobody closes its connections while a peer may still be reading from them: Gloo
+        // reports a peer that left early as "connection closed", not as the cause.
+        if (options.comm == CommKind::gloo) comm->barrier();
       } catch (const std::exception& e) {
         record_failure(rank, e.what());
       } catch (...) {
