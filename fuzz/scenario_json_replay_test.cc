@@ -20,8 +20,13 @@ TEST_P(ScenarioJsonReplay, OnlyScenarioErrorComesOutAndScenariosRoundTrip) {
   ASSERT_TRUE(read_replay_file(GetParam(), &text));
   const ParseCheck check = check_scenario_json(text);
   EXPECT_FALSE(check.finding) << check.finding->signature << "\n" << check.finding->details;
-  if (GetParam().test_name.rfind("corpus_valid_", 0) == 0) EXPECT_TRUE(check.parsed) << "a valid_ seed was refused: " << check.refusal;
-  if (GetParam().test_name.rfind("corpus_invalid_", 0) == 0) EXPECT_FALSE(check.parsed) << "an invalid_ seed parsed";
+  const std::string& name = GetParam().test_name;
+  if (name.rfind("corpus_valid_", 0) == 0) {
+    EXPECT_TRUE(check.parsed) << "a valid_ seed was refused: " << check.refusal;
+  }
+  if (name.rfind("corpus_invalid_", 0) == 0) {
+    EXPECT_FALSE(check.parsed) << "an invalid_ seed parsed";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ScenarioJsonReplay,
