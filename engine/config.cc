@@ -60,6 +60,8 @@ Config Config::parse(std::string_view json_text) {
   } catch (const json::parse_error& e) {
     // nlohmann's byte offset is the most precise "path" a syntax error has.
     throw ConfigError("$: malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
+    throw ConfigError(std::string("$: malformed JSON: ") + e.what());
   }
   return from_json(parsed);
 }

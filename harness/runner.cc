@@ -454,7 +454,8 @@ class ScenarioRunner {
     if (comm_.rank() == 0) {
       const auto views = engine_->params();
       for (const auto& [path, p] : unique_named_parameters(modules_by_path(model_).at(engine_target_))) {
-        const auto placed = std::find_if(views.begin(), views.end(), [&](const auto& v) { return v.path == path; });
+        const std::string& name = path;  // C++17 lambdas cannot capture structured bindings
+        const auto placed = std::find_if(views.begin(), views.end(), [&](const auto& v) { return v.path == name; });
         if (placed != views.end() && placed->owner > 0) continue;  // whole only on its owner
         auto it = consolidated.find(path);
         if (it == consolidated.end() || it->second.sizes() != p.sizes() || !at::equal(it->second, p.detach().cpu()))

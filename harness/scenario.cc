@@ -241,6 +241,8 @@ json parse_strict(std::string_view text) {
     parsed = json::parse(text.begin(), text.end(), callback);
   } catch (const json::parse_error& e) {
     throw ScenarioError("$: malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    throw ScenarioError(std::string("$: malformed JSON: ") + e.what());
   }
   if (!duplicate.empty()) throw ScenarioError("$: the key '" + duplicate + "' appears twice in one object");
   return parsed;

@@ -7,7 +7,6 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <initializer_list>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,32 +16,10 @@ namespace {
 
 using ModulePaths = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
-// The local parameter names of every leaf kind (and a Linear without bias), read off the modules
-// build_tree makes, so the decoder cannot name a parameter the reader does not know.
-const std::vector<std::string>& param_names_of(const NodeSpec& leaf) {
-  static const auto table = [] {
-    std::map<std::pair<std::string, bool>, std::vector<std::string>> names;
-    for (const char* kind : {
-#define ZEROCHECK_LEAF_KIND(k, children, params) children ? nullptr : #k,
-             ZEROCHECK_NODE_KINDS(ZEROCHECK_LEAF_KIND)
-#undef ZEROCHECK_LEAF_KIND
-         }) {
-      if (kind == nullptr) continue;
-      for (bool bias : {true, false}) {
-        Scenario one;
-        one.features = 1;
-        NodeSpec node;
-        node.kind = kind;
-        node.bias = bias || node.kind != "Linear";
-        if (node.kind == "Offset") node.shape = {1};
-        one.tree = {node};
-        auto& out = names[{node.kind, bias}];
-        for (const auto& item : build_tree(one)->named_parameters(true)) out.push_back(item.key());
-      }
-    }
-    return names;
-  }();
-  return table.at({leaf.kind, leaf.bias});
+Op op_of(OpKind kind) {
+  Op op;
+  op.kind = kind;
+  return op;
 }
 
 class Decoder {
@@ -78,15 +55,15 @@ class Decoder {
 
     // Most scripts start by initializing; whole training steps come as a unit often enough
     // that state builds up between saves, loads and repeated initializes.
-    if (pick<bool>({{4, true}, {1, false}})) s.ops.push_back(Op{OpKind::initialize});
+    if (pick<bool>({{4, true}, {1, false}})) s.ops.push_back(op_of(OpKind::initialize));
     while (s.ops.size() < kMaxDecodedOps && in_.remaining_bytes() > 0) {
       if (pick<bool>({{5, true}, {2, false}})) {
         s.ops.push_back(op(modules));
         continue;
       }
-      Op forward{OpKind::forward};
+      Op forward = op_of(OpKind::forward);
       forward.route = route();
-      for (const Op& o : {forward, Op{OpKind::backward}, Op{OpKind::step}})
+      for (const Op& o : {forward, op_of(OpKind::backward), op_of(OpKind::step)})
         if (s.ops.size() < kMaxDecodedOps) s.ops.push_back(o);
     }
     return s;
@@ -167,7 +144,7 @@ class Decoder {
       node.attrs = {{"id", zero3::AttrValue(id)}};
       for (auto& e : rest) node.attrs.push_back(std::move(e));
     }
-    for (const auto& param : param_names_of(node)) {
+    for (const auto& param : param_names(node)) {
       if (pick<bool>({{3, false}, {1, true}})) {
         auto entries = attrs(2);
         if (!entries.empty()) node.param_attrs[param] = std::move(entries);
