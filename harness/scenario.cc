@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -92,7 +94,13 @@ zero3::AttrValue attr_value(const At& at, int depth = 0) {
   if (static_cast<int64_t>(data.array(4096).size()) != numel)
     data.fail("holds " + std::to_string(data.value.size()) + " numbers, the shape needs " + std::to_string(numel));
   std::vector<float> values;
-  for (size_t i = 0; i < data.value.size(); ++i) values.push_back(static_cast<float>(data[i].number()));
+  for (size_t i = 0; i < data.value.size(); ++i) {
+    const double v = data[i].number();
+    // Tensors are float32: a value that would become inf could not be written back.
+    if (!(std::abs(v) <= static_cast<double>(std::numeric_limits<float>::max())))
+      data[i].fail("value " + data[i].value.dump() + " does not fit a float32 tensor");
+    values.push_back(static_cast<float>(v));
+  }
   return zero3::AttrValue(at::tensor(values).reshape(shape));
 }
 
