@@ -316,10 +316,6 @@ std::vector<ParamResidency> Engine::residency() const {
   return out;
 }
 
-int Engine::placed_owner(const Module& module) const {
-  auto it = state_->modules.find(&module);
-  return it == state_->modules.end() ? -1 : it->second.owner;
-}
 
 const Config& Engine::config() const { return state_->config; }
 Comm& Engine::comm() { return state_->comm; }
@@ -347,13 +343,6 @@ int64_t Engine::measured_state_bytes() const {
   }
   if (state_->optimizer) bytes += state_numel(*state_->optimizer) * 4;
   return bytes;
-}
-
-int64_t Engine::partitioned_padded_elements() const {
-  int64_t total = 0;
-  for (const auto& p : state_->params)
-    if (!p->persistent && !p->placed()) total += p->layout.padded_numel();
-  return total;
 }
 
 std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {

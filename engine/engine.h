@@ -108,8 +108,6 @@ class Engine {
   std::vector<ManagedParamView> params() const;
   // Returns, for every managed parameter (params() order), what this rank holds for it.
   std::vector<ParamResidency> residency() const;
-  // Returns the owner of a placement root (from the policy at initialize), or -1.
-  int placed_owner(const Module& module) const;
   const Config& config() const;
   Comm& comm();
   torch::optim::Optimizer& optimizer();
@@ -118,9 +116,6 @@ class Engine {
   // Returns the bytes this rank holds for model state: model tensors, fp32 shards, shard
   // gradients and optimizer state.
   int64_t measured_state_bytes() const;
-  // Returns Σ c*N over partitioned parameters: the size of one all-gather (or reduce-scatter) of
-  // every partitioned parameter. A step where each module runs once moves 3x this.
-  int64_t partitioned_padded_elements() const;
 
   // Returns the full parameters by path on rank 0 and an empty map elsewhere. Collective.
   std::map<std::string, at::Tensor> consolidated_state_dict();

@@ -38,16 +38,6 @@ std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
                    "; zerocheck's engine rebuilds Adam, AdamW and SGD");
 }
 
-int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer) {
-  const auto& options = optimizer.param_groups().at(0).options();
-  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options))
-    return adamw->amsgrad() ? 3 : 2;
-  if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options))
-    return adam->amsgrad() ? 3 : 2;
-  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&options))
-    return sgd->momentum() != 0 ? 1 : 0;
-  return 0;
-}
 
 namespace {
 

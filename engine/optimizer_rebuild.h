@@ -19,10 +19,6 @@ namespace zero3 {
 std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
     torch::optim::Optimizer& user, const std::function<at::Tensor(const at::Tensor&)>& replacement);
 
-// Returns how many state tensors of a parameter's size the optimizer keeps per trainable
-// parameter (Adam: 2, or 3 with amsgrad; SGD: 1 with momentum, else 0).
-int64_t state_tensors_per_param(torch::optim::Optimizer& optimizer);
-
 // Returns the number of elements held in the optimizer's per-parameter state tensors.
 int64_t state_numel(torch::optim::Optimizer& optimizer);
 // Returns every state tensor the optimizer holds for `param`, flattened and concatenated in a

@@ -2,8 +2,11 @@
 // (as `zerocheck replay` reports it, exit 2), every valid one holds on the reference engine.
 #include <gtest/gtest.h>
 
+#include "harness/collision_names.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -63,6 +66,18 @@ INSTANTIATE_TEST_SUITE_P(Files, MalformedScenario, ::testing::ValuesIn(malformed
                            std::string name = info.param.first.substr(0, info.param.first.size() - 5);
                            return name;
                          });
+
+TEST(CollisionNames, DictionaryNamesObeyTheRuleAndRejectedOnesBreakIt) {
+  EXPECT_GE(collision_names().size(), 40u);
+  for (const auto& entry : collision_names())
+    EXPECT_TRUE(zero3::AttrDict::name_problem(entry.name).empty()) << entry.name;
+  for (const auto& name : rejected_names()) {
+    EXPECT_FALSE(zero3::AttrDict::name_problem(name).empty()) << name.size() << " bytes";
+    nlohmann::json s = to_json(Scenario{});  // a rejected name must be a ScenarioError, by the same rule
+    s["tree"] = {{{"kind", "Linear"}, {"attrs", {{{"name", name}, {"value", 1}}}}}};
+    EXPECT_THROW(scenario_from_json(s), ScenarioError) << name.size() << " bytes";
+  }
+}
 
 TEST(ScenarioFiles, ValidFilesHoldOnTheReferenceAndCatchLegacy) {
   int count = 0;
