@@ -50,6 +50,19 @@ testing::AssertionResult read_replay_file(const ReplayFile& file, std::string* b
   return testing::AssertionSuccess();
 }
 
+void expect_parse_check_holds(const ReplayFile& file, ParseCheck (*check)(std::string_view)) {
+  std::string text;
+  ASSERT_TRUE(read_replay_file(file, &text));
+  const ParseCheck result = check(text);
+  EXPECT_FALSE(result.finding) << result.finding->signature << "\n" << result.finding->details;
+  if (file.test_name.rfind("corpus_valid_", 0) == 0) {
+    EXPECT_TRUE(result.parsed) << "a valid_ seed was refused: " << result.refusal;
+  }
+  if (file.test_name.rfind("corpus_invalid_", 0) == 0) {
+    EXPECT_FALSE(result.parsed) << "an invalid_ seed parsed";
+  }
+}
+
 std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info) { return info.param.test_name; }
 
 void PrintTo(const ReplayFile& file, std::ostream* out) { *out << file.path; }

@@ -3,9 +3,12 @@
 // listing is a CONFIGURE_DEPENDS glob, so adding or removing a file re-lists on the next build.
 #pragma once
 
+#include "fuzz/finding.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zerocheck::fuzz {
@@ -25,6 +28,10 @@ std::string read_file_bytes(const std::string& path);
 
 // Reads `file` into `bytes`; the failure names the path and the reason (ASSERT_TRUE on it).
 testing::AssertionResult read_replay_file(const ReplayFile& file, std::string* bytes);
+
+// The JSON targets' replay case: `check` finds nothing on the file, corpus files named valid_*
+// parse and corpus files named invalid_* are refused, so the corpus documents both sides.
+void expect_parse_check_holds(const ReplayFile& file, ParseCheck (*check)(std::string_view));
 
 // The parameter-name generator for INSTANTIATE_TEST_SUITE_P over replay_files().
 std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info);

@@ -16,17 +16,7 @@ TEST(ScenarioJsonCorpus, IsNotEmpty) {
 class ScenarioJsonReplay : public testing::TestWithParam<ReplayFile> {};
 
 TEST_P(ScenarioJsonReplay, OnlyScenarioErrorComesOutAndScenariosRoundTrip) {
-  std::string text;
-  ASSERT_TRUE(read_replay_file(GetParam(), &text));
-  const ParseCheck check = check_scenario_json(text);
-  EXPECT_FALSE(check.finding) << check.finding->signature << "\n" << check.finding->details;
-  const std::string& name = GetParam().test_name;
-  if (name.rfind("corpus_valid_", 0) == 0) {
-    EXPECT_TRUE(check.parsed) << "a valid_ seed was refused: " << check.refusal;
-  }
-  if (name.rfind("corpus_invalid_", 0) == 0) {
-    EXPECT_FALSE(check.parsed) << "an invalid_ seed parsed";
-  }
+  expect_parse_check_holds(GetParam(), check_scenario_json);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ScenarioJsonReplay,

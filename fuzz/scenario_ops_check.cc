@@ -8,14 +8,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdlib>
+#include <type_traits>
 #include <fstream>
 
 namespace zerocheck::fuzz {
 
-OpsRun run_scenario_bytes(const uint8_t* data, size_t size, zero3::Fault fault) {
+OpsRun run_scenario_bytes(const uint8_t* data, size_t size, zero3::Fault fault, const DecodeLimits& limits) {
   OpsRun run;
-  run.scenario = parse_scenario(to_json(scenario_from_bytes(data, size)).dump());
+  run.scenario = parse_scenario(to_json(scenario_from_bytes(data, size, limits)).dump());
   RunOptions options;
   options.fault = fault;  // comm: LocalComm ranks, the default
   run.verdict = run_scenario(run.scenario, options);
@@ -45,6 +47,25 @@ zero3::Fault engine_from_environment() {
     throw zero3::UsageError(std::string("ZEROCHECK_ENGINE='") + name + "' is not an engine; choose one of: " +
                             zero3::engine_names());
   return *fault;
+}
+
+DecodeLimits limits_from_environment() {
+  DecodeLimits limits;
+  auto read = [](const char* variable, int64_t low, int64_t high, auto& field) {
+    const char* text = std::getenv(variable);
+    if (text == nullptr || *text == '\0') return;
+    char* end = nullptr;
+    errno = 0;
+    const long long value = std::strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value < low || value > high)
+      throw zero3::UsageError(fmt::format("{}='{}' is not a whole number in {}..{}", variable, text, low, high));
+    field = static_cast<std::decay_t<decltype(field)>>(value);
+  };
+  read("ZEROCHECK_FUZZ_WORLD", 1, 4, limits.world);
+  read("ZEROCHECK_FUZZ_MAX_NODES", 1, static_cast<int64_t>(kMaxDecodedNodes), limits.max_nodes);
+  read("ZEROCHECK_FUZZ_MAX_OPS", 0, static_cast<int64_t>(kMaxDecodedOps), limits.max_ops);
+  limits.validate();
+  return limits;
 }
 
 std::string violation_scenario_path(const uint8_t* data, size_t size) {

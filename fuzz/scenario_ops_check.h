@@ -8,6 +8,7 @@
 #include "engine/faults.h"
 #include "fuzz/finding.h"
 #include "harness/scenario.h"
+#include "harness/scenario_bytes.h"
 #include "harness/verdict.h"
 
 #include <cstddef>
@@ -22,9 +23,10 @@ struct OpsRun {
   Verdict verdict;
 };
 
-// Decodes `data` and runs it with `fault` planted (Fault::none: the reference engine).
-// Throws ScenarioError when the decoded scenario does not read back from JSON (a decoder bug).
-OpsRun run_scenario_bytes(const uint8_t* data, size_t size, zero3::Fault fault);
+// Decodes `data` within `limits` and runs it with `fault` planted (Fault::none: the reference
+// engine). Throws ScenarioError when the decoded scenario does not read back from JSON (a
+// decoder bug).
+OpsRun run_scenario_bytes(const uint8_t* data, size_t size, zero3::Fault fault, const DecodeLimits& limits = {});
 
 // Returns the finding for a run whose verdict holds a violation (nothing when it held): the
 // signature names the engine, the invariant and the operation kind; the details give the
@@ -34,6 +36,11 @@ std::optional<Finding> finding_of(const OpsRun& run, zero3::Fault fault, const s
 // Returns the engine named by ZEROCHECK_ENGINE (Fault::none when unset or "reference").
 // Throws zero3::UsageError listing every engine name for an unknown one.
 zero3::Fault engine_from_environment();
+
+// Returns the decode limits from ZEROCHECK_FUZZ_WORLD (1..4), ZEROCHECK_FUZZ_MAX_NODES (1..12) and
+// ZEROCHECK_FUZZ_MAX_OPS (0..64); an unset variable keeps the default. Throws zero3::UsageError
+// naming the variable for a value that is not a number in range.
+DecodeLimits limits_from_environment();
 
 // Returns where a violation's scenario JSON goes: $ZEROCHECK_SCENARIO_OUT when set (a folder when
 // it ends in '/'), else ./zerocheck-violation-<hash of the input>.json; a folder gets that name.

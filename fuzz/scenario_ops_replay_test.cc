@@ -3,6 +3,10 @@
 #include "fuzz/replay_files.h"
 #include "fuzz/scenario_ops_check.h"
 
+#include "engine/errors.h"
+
+#include <cstdlib>
+
 #include ZEROCHECK_REPLAY_FILES
 
 namespace zerocheck::fuzz {
@@ -22,6 +26,40 @@ TEST_P(ScenarioOpsReplay, ReferenceEngineHoldsEveryInvariant) {
   const auto finding = finding_of(run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_scenario_ops on " +
                                                                GetParam().path + ")");
   EXPECT_FALSE(finding) << finding->signature << "\n" << finding->details;
+}
+
+// The campaign's --world/--max-nodes/--max-ops reach the target through these variables.
+TEST(ScenarioOpsLimits, ComeFromTheEnvironmentAndBadValuesNameTheVariable) {
+  ::setenv("ZEROCHECK_FUZZ_WORLD", "2", 1);
+  ::setenv("ZEROCHECK_FUZZ_MAX_NODES", "3", 1);
+  ::setenv("ZEROCHECK_FUZZ_MAX_OPS", "8", 1);
+  const DecodeLimits limits = limits_from_environment();
+  EXPECT_EQ(limits.world, 2);
+  EXPECT_EQ(limits.max_nodes, 3u);
+  EXPECT_EQ(limits.max_ops, 8u);
+  const std::string bytes(200, '\x5a');
+  const OpsRun run =
+      run_scenario_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none, limits);
+  EXPECT_EQ(run.scenario.world_size, 2);
+  EXPECT_LE(run.scenario.tree.size(), 3u);
+  EXPECT_LE(run.scenario.ops.size(), 8u);
+  for (const char* bad : {"0", "5", "2x", ""}) {
+    ::setenv("ZEROCHECK_FUZZ_WORLD", bad, 1);
+    if (*bad == '\0') {
+      EXPECT_EQ(limits_from_environment().world, 0);  // empty: decoded from the input
+      continue;
+    }
+    try {
+      limits_from_environment();
+      ADD_FAILURE() << "ZEROCHECK_FUZZ_WORLD=" << bad << " was accepted";
+    } catch (const zero3::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("ZEROCHECK_FUZZ_WORLD='" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("ZEROCHECK_FUZZ_WORLD");
+  ::unsetenv("ZEROCHECK_FUZZ_MAX_NODES");
+  ::unsetenv("ZEROCHECK_FUZZ_MAX_OPS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ScenarioOpsReplay,

@@ -16,6 +16,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <mutex>
@@ -30,8 +31,6 @@ using zero3::AttrDict;
 using zero3::Module;
 
 // ---- small helpers ----------------------------------------------------------------------------
-
-std::string shown(const std::string& path) { return path.empty() ? "<root>" : path; }
 
 std::map<std::string, std::shared_ptr<Module>> modules_by_path(const std::shared_ptr<Module>& root) {
   std::map<std::string, std::shared_ptr<Module>> out;
@@ -171,6 +170,7 @@ class ScenarioRunner {
       case OpKind::save: line += save(); break;
       case OpKind::load: line += load(); break;
     }
+    if (!options_.checks_after_every_op) return line;
     check_attributes();  // I1
     if (engine_) {
       check_memory();     // I4
@@ -629,15 +629,17 @@ Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
           mine = v.violation;
           line = fmt::format("#{} {}: VIOLATION {}", i, to_string(scenario.ops[i].kind), v.violation.invariant);
         }
-        // Every rank learns which ranks found a violation; the lowest one is reported.
-        at::Tensor flags = at::zeros({scenario.world_size}, at::kLong);
-        if (mine) flags[comm.rank()] = 1;
-        comm.all_reduce_sum(flags);
+        // Every rank learns which ranks found a violation; the lowest one is reported. One
+        // all_gather of a flag: this runs after every operation, so it is kept to one collective.
+        const at::Tensor my_flag = at::full({1}, mine ? 1 : 0, at::kLong);
+        at::Tensor flags = at::empty({scenario.world_size}, at::kLong);
+        comm.all_gather(my_flag, flags);
         if (comm.rank() == 0) {
           std::lock_guard<std::mutex> lock(mutex);
           verdict.history.push_back(line);
         }
-        if (flags.sum().item<int64_t>() > 0) {
+        const int64_t* flag = flags.data_ptr<int64_t>();
+        if (std::any_of(flag, flag + scenario.world_size, [](int64_t f) { return f != 0; })) {
           std::lock_guard<std::mutex> lock(mutex);
           found[comm.rank()] = mine;
           return;

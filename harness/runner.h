@@ -33,6 +33,10 @@ struct RunOptions {
   zero3::Fault fault = zero3::Fault::none;
   CommKind comm = CommKind::local;
   std::chrono::milliseconds timeout{30000};
+  // false skips the sweeps after every operation (I1 attributes, I4 memory, I2 placement, I3
+  // parity); the checks an operation makes itself (I5, I6, I7) stay. Only `zerocheck bench`
+  // turns them off, to measure what they cost.
+  bool checks_after_every_op = true;
 };
 
 // Runs `scenario` and returns what it found. Throws ScenarioError for a scenario that fails

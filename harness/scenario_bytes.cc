@@ -1,9 +1,11 @@
 #include "harness/scenario_bytes.h"
 
+#include "engine/errors.h"
 #include "harness/collision_names.h"
 #include "harness/generators.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <initializer_list>
@@ -24,11 +26,12 @@ Op op_of(OpKind kind) {
 
 class Decoder {
  public:
-  Decoder(const uint8_t* data, size_t size) : in_(data, size) {}
+  Decoder(const uint8_t* data, size_t size, const DecodeLimits& limits) : in_(data, size), limits_(limits) {}
 
   Scenario scenario() {
     Scenario s;
     s.world_size = in_.ConsumeIntegralInRange(1, 4);
+    if (limits_.world > 0) s.world_size = limits_.world;
     s.seed = in_.ConsumeIntegralInRange<uint64_t>(0, 999);
     s.features = in_.ConsumeIntegralInRange<int64_t>(1, 4);
     s.batch = in_.ConsumeIntegralInRange<int64_t>(1, 2);
@@ -50,13 +53,14 @@ class Decoder {
       for (const auto& [path, params] : modules)  // place some experts explicitly
         if (path.find("experts.") != std::string::npos && path.find("linear") == std::string::npos &&
             in_.ConsumeBool())
-          s.placement.owners[path] = in_.ConsumeIntegralInRange(0, s.world_size - 1);
+          // Drawn from 0..3 whatever the world, so a fixed world reads the same bytes.
+          s.placement.owners[path] = in_.ConsumeIntegralInRange(0, 3) % s.world_size;
     }
 
     // Most scripts start by initializing; whole training steps come as a unit often enough
     // that state builds up between saves, loads and repeated initializes.
-    if (pick<bool>({{4, true}, {1, false}})) s.ops.push_back(op_of(OpKind::initialize));
-    while (s.ops.size() < kMaxDecodedOps && in_.remaining_bytes() > 0) {
+    if (pick<bool>({{4, true}, {1, false}}) && limits_.max_ops > 0) s.ops.push_back(op_of(OpKind::initialize));
+    while (s.ops.size() < limits_.max_ops && in_.remaining_bytes() > 0) {
       if (pick<bool>({{5, true}, {2, false}})) {
         s.ops.push_back(op(modules));
         continue;
@@ -64,7 +68,7 @@ class Decoder {
       Op forward = op_of(OpKind::forward);
       forward.route = route();
       for (const Op& o : {forward, op_of(OpKind::backward), op_of(OpKind::step)})
-        if (s.ops.size() < kMaxDecodedOps) s.ops.push_back(o);
+        if (s.ops.size() < limits_.max_ops) s.ops.push_back(o);
     }
     return s;
   }
@@ -159,7 +163,7 @@ class Decoder {
     const size_t me = s.tree.size();
     s.tree.emplace_back();
     // A container needs room for at least one child.
-    const bool container = depth > 1 && s.tree.size() < kMaxDecodedNodes && pick<bool>({{2, false}, {3, true}});
+    const bool container = depth > 1 && s.tree.size() < limits_.max_nodes && pick<bool>({{2, false}, {3, true}});
     if (!container) {
       s.tree[me] = leaf(expert_ids, false);
       return;
@@ -169,7 +173,7 @@ class Decoder {
     node.attrs = attrs(2);
     const int n = in_.ConsumeIntegralInRange(1, 3);
     const int tie = pick<bool>({{5, false}, {1, true}}) ? in_.ConsumeIntegralInRange(0, n - 1) : -1;
-    for (int i = 0; i < n && s.tree.size() < kMaxDecodedNodes; ++i) {
+    for (int i = 0; i < n && s.tree.size() < limits_.max_nodes; ++i) {
       const int child = static_cast<int>(s.tree.size());
       node.children.push_back(child);
       if (i == tie) node.children.push_back(child);  // the same module again: tied weights
@@ -211,10 +215,23 @@ class Decoder {
   }
 
   FuzzedDataProvider in_;
+  const DecodeLimits limits_;
 };
 
 }  // namespace
 
-Scenario scenario_from_bytes(const uint8_t* data, size_t size) { return Decoder(data, size).scenario(); }
+void DecodeLimits::validate() const {
+  auto bad = [](const char* field, int64_t value, const char* range) {
+    throw zero3::UsageError(fmt::format("decode limit {} = {} is outside {}", field, value, range));
+  };
+  if (world < 0 || world > 4) bad("world", world, "0..4 (0: decoded)");
+  if (max_nodes < 1 || max_nodes > kMaxDecodedNodes) bad("max_nodes", static_cast<int64_t>(max_nodes), "1..12");
+  if (max_ops > kMaxDecodedOps) bad("max_ops", static_cast<int64_t>(max_ops), "0..64");
+}
+
+Scenario scenario_from_bytes(const uint8_t* data, size_t size, const DecodeLimits& limits) {
+  limits.validate();
+  return Decoder(data, size, limits).scenario();
+}
 
 }  // namespace zerocheck

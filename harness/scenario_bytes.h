@@ -5,7 +5,8 @@
 // shapes follow harness/generators.cc (node kinds and their weights, Offset shapes, values,
 // operation mix, expert ids under `attr_mod id` placement) but stay small, so one input runs in
 // milliseconds: world 1..4, features 1..4, at most kMaxDecodedNodes nodes and kMaxDecodedOps
-// operations. Attribute names come mostly from the collision dictionary (collision_names.h).
+// operations; DecodeLimits narrows that further (a fixed world, fewer nodes or operations) for
+// fast campaigns. Attribute names come mostly from the collision dictionary (collision_names.h).
 //
 // Invariants: every byte string, the empty one included, decodes to a scenario that passes
 // validate() and reads back from its JSON form. Choices are drawn with FuzzedDataProvider, which
@@ -26,7 +27,19 @@ namespace zerocheck {
 inline constexpr size_t kMaxDecodedNodes = 12;
 inline constexpr size_t kMaxDecodedOps = 64;
 
-// Returns the scenario `data[0, size)` encodes. Never throws for any input.
-Scenario scenario_from_bytes(const uint8_t* data, size_t size);
+// Narrows what the decoder produces without changing which bytes it reads: a fixed world still
+// consumes the world byte, so one corpus serves every setting, and the limits only cut the tree
+// and the operation list short.
+struct DecodeLimits {
+  int world = 0;                      // 0: decoded from the input (1..4); else 1..4, fixed
+  size_t max_nodes = kMaxDecodedNodes;  // 1..kMaxDecodedNodes
+  size_t max_ops = kMaxDecodedOps;      // 0..kMaxDecodedOps
+
+  // Throws UsageError naming the field and value when a limit is out of range.
+  void validate() const;
+};
+
+// Returns the scenario `data[0, size)` encodes. Never throws for any input (limits validated).
+Scenario scenario_from_bytes(const uint8_t* data, size_t size, const DecodeLimits& limits = {});
 
 }  // namespace zerocheck

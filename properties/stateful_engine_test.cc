@@ -100,7 +100,8 @@ struct Initialize : Command {
     }
   }
   void run(const Model& m, Sut& sut) const override {
-    Op op{OpKind::initialize};
+    Op op;
+    op.kind = OpKind::initialize;
     op.optimizer = optimizer;
     op.target = target;
     const std::string line = sut.apply(op);
@@ -116,7 +117,8 @@ struct Forward : Command {
   void checkPreconditions(const Model& m) const override { RC_PRE(m.live); }
   void apply(Model& m) const override { m.pending = true; }
   void run(const Model&, Sut& sut) const override {
-    Op op{OpKind::forward};
+    Op op;
+    op.kind = OpKind::forward;
     op.route = route;
     RC_ASSERT(sut.apply(op).find(": loss ") != std::string::npos);
   }
@@ -136,7 +138,9 @@ struct Simple : Command {
     if (kind == OpKind::save) m.saved = true, m.saved_target = m.target;
   }
   void run(const Model&, Sut& sut) const override {
-    const std::string line = sut.apply(Op{kind});
+    Op op;
+    op.kind = kind;
+    const std::string line = sut.apply(op);
     RC_ASSERT(line.find("skipped") == std::string::npos);
   }
   void show(std::ostream& os) const override { os << to_string(kind); }
@@ -148,7 +152,8 @@ struct SetAttr : Command {
   int64_t value = *rc::gen::inRange<int64_t>(0, 8);
   void apply(Model&) const override {}
   void run(const Model&, Sut& sut) const override {
-    Op op{OpKind::set_attr};
+    Op op;
+    op.kind = OpKind::set_attr;
     op.module = module;
     op.name = name;
     op.value = zero3::AttrValue(value);

@@ -27,7 +27,9 @@ inline constexpr int kExitUsage = 2;
   X(export, register_export_command,                                                             \
     "write scenarios (covering the collision dictionary) for the upstream DeepSpeed replay")     \
   X(upstream, register_upstream_command,                                                         \
-    "replay exported scenarios on an installed DeepSpeed and group the findings")
+    "replay exported scenarios on an installed DeepSpeed and group the findings")                \
+  X(bench, register_bench_command,                                                               \
+    "measure what one fuzzer execution costs (scenarios/s, ATen calls, checks on/off) as JSON")
 
 #define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
   void registrar(CLI::App& command, int& exit_code);

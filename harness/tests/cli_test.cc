@@ -43,6 +43,23 @@ TEST(Cli, TrainJsonHasEveryKeyAndHolds) {
   EXPECT_EQ(json["elements_moved_per_step"], json["expected_elements_per_step"]);
 }
 
+TEST(Cli, BenchReportsCostsAsJsonOnTheReferenceEngine) {
+  const CliRun run = run_cli("bench --inputs 6 --world 2 --max-nodes 3 --max-ops 8");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  EXPECT_EQ(json["inputs"], 6);
+  EXPECT_EQ(json["limits"]["world"], 2);
+  EXPECT_EQ(json["violations"], 0);
+  EXPECT_GT(json["scenarios_per_second"].get<double>(), 0);
+  EXPECT_LE(json["operations_per_scenario"].get<double>(), 8);
+  // The sweeps after every operation cost ATen calls; without them there must be fewer.
+  EXPECT_GT(json["aten_calls_per_scenario"].get<double>(),
+            json["without_per_op_checks"]["aten_calls_per_scenario"].get<double>());
+  EXPECT_FALSE(json["top_aten_calls_per_scenario"].empty());
+  EXPECT_EQ(run_cli("bench --world 5").exit_code, 2);
+  EXPECT_EQ(run_cli("bench --max-nodes 0").exit_code, 2);
+}
+
 TEST(Cli, APlantedFaultExitsOne) {
   const CliRun run = run_cli("train --world 2 --steps 2 --engine wrong-gradient-divisor");
   EXPECT_EQ(run.exit_code, 1) << run.output;

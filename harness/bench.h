@@ -1,0 +1,41 @@
+// `zerocheck bench`: what one fuzzer execution costs, measured as ratios in one run.
+//
+// Decodes `inputs` pseudo-random byte strings with the fuzz decoder (harness/scenario_bytes.h)
+// under the given limits and runs every scenario through the one interpreter twice: with the
+// invariant sweeps after every operation and without them. Counts ATen operator calls with a
+// RecordFunction observer, so "scenarios per second" splits into calls per scenario times the
+// cost of a call. Nothing here is a pass/fail threshold; the numbers are for notes and trends.
+#pragma once
+
+#include "harness/scenario_bytes.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zerocheck {
+
+struct BenchOptions {
+  int64_t inputs = 200;
+  uint64_t seed = 1;
+  size_t max_input_bytes = 400;
+  DecodeLimits limits;
+};
+
+struct BenchReport {
+  int64_t scenarios = 0, operations = 0;
+  double seconds_checked = 0, seconds_unchecked = 0;
+  int64_t aten_calls_checked = 0, aten_calls_unchecked = 0;
+  int64_t violations = 0;  // on the reference engine: must be 0
+  std::vector<std::pair<std::string, int64_t>> top_aten_calls;  // most called operators, both passes
+
+  nlohmann::json to_json(const BenchOptions& options) const;
+};
+
+// Throws UsageError for out-of-range options.
+BenchReport run_bench(const BenchOptions& options);
+
+}  // namespace zerocheck
