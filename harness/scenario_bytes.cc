@@ -58,16 +58,24 @@ class Decoder {
     }
 
     // Most scripts start by initializing; whole training steps come as a unit often enough
-    // that state builds up between saves, loads and repeated initializes.
+    // that state builds up between saves, loads and repeated initializes, and a save right
+    // before a load comes as a unit too: drawn as two single operations, a checkpoint round trip
+    // after a step was too rare for a fuzzer starting from an empty corpus to reach in minutes.
     if (pick<bool>({{4, true}, {1, false}}) && limits_.max_ops > 0) s.ops.push_back(op_of(OpKind::initialize));
+    enum Unit { single, training_step, checkpoint_round_trip };
     while (s.ops.size() < limits_.max_ops && in_.remaining_bytes() > 0) {
-      if (pick<bool>({{5, true}, {2, false}})) {
-        s.ops.push_back(op(modules));
-        continue;
+      std::vector<Op> unit;
+      switch (pick<Unit>({{5, single}, {2, training_step}, {1, checkpoint_round_trip}})) {
+        case single: unit = {op(modules)}; break;
+        case training_step: {
+          Op forward = op_of(OpKind::forward);
+          forward.route = route();
+          unit = {forward, op_of(OpKind::backward), op_of(OpKind::step)};
+          break;
+        }
+        case checkpoint_round_trip: unit = {op_of(OpKind::save), op_of(OpKind::load)}; break;
       }
-      Op forward = op_of(OpKind::forward);
-      forward.route = route();
-      for (const Op& o : {forward, op_of(OpKind::backward), op_of(OpKind::step)})
+      for (const Op& o : unit)
         if (s.ops.size() < limits_.max_ops) s.ops.push_back(o);
     }
     return s;
