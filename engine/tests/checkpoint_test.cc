@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
 #include "harness/models.h"
@@ -26,12 +27,6 @@ std::string fresh_dir(const std::string& name) {
                        ("zerocheck_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   return dir.string();
-}
-
-Config all_partitioned() {
-  Config c;
-  c.zero_optimization.stage3_param_persistence_threshold = 0;
-  return c;
 }
 
 double train_step(Engine& engine, const zerocheck::ModelSpec& spec, int64_t step, int rank) {

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/layers.h"
+#include "engine/tests/test_configs.h"
 #include "harness/world.h"
 
 #include <ATen/ATen.h>
@@ -103,9 +104,7 @@ TEST(Engine, ReleasedEngineRefusesWorkAndRestoresTheModel) {
     auto model = two_linears();
     auto reference = two_linears();
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
-    Config c;
-    c.zero_optimization.stage3_param_persistence_threshold = 0;
-    auto engine = initialize(model, user, c, comm);
+    auto engine = initialize(model, user, all_partitioned(), comm);
     engine->release();
     EXPECT_TRUE(engine->released());
     EXPECT_THROW(engine->forward(at::ones({1, 3})), UsageError);

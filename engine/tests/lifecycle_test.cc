@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/layers.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
 #include "harness/world.h"
@@ -30,12 +31,6 @@ class ProbeLinear final : public Module {
     return at::linear(input, weight);
   }
 };
-
-Config all_partitioned() {
-  Config c;
-  c.zero_optimization.stage3_param_persistence_threshold = 0;
-  return c;
-}
 
 TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
   zerocheck::WorldOptions o;

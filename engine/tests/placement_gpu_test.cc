@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/models.h"
 #include "harness/world.h"
@@ -12,16 +13,6 @@
 
 namespace zero3 {
 namespace {
-
-Config placed_by_id() {
-  Config c;
-  c.zero_optimization.stage3_param_persistence_threshold = 0;
-  c.placement.kind = PlacementSpec::Kind::attr_mod;
-  c.placement.attr = "id";
-  return c;
-}
-
-using ResidencyTable = std::vector<std::vector<ParamResidency>>;
 
 TEST(PlacementGpu, PlacedParametersLiveOnTheOwnersDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

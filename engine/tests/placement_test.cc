@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/layers.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
 #include "harness/models.h"
@@ -17,17 +18,6 @@
 
 namespace zero3 {
 namespace {
-
-Config placed_by_id() {
-  Config c;
-  c.zero_optimization.stage3_param_persistence_threshold = 0;
-  c.placement.kind = PlacementSpec::Kind::attr_mod;
-  c.placement.attr = "id";
-  return c;
-}
-
-// rows[rank][param] = what that rank holds, gathered from every rank thread.
-using ResidencyTable = std::vector<std::vector<ParamResidency>>;
 
 TEST(Placement, ResidencyFollowsTheUsersAttributes) {
   const int world = 3;

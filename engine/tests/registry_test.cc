@@ -6,6 +6,7 @@
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "engine/registry.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
 #include "harness/models.h"
@@ -21,12 +22,6 @@ using zerocheck::Batch;
 using zerocheck::ModelSpec;
 
 constexpr double kLr = 0.05;
-
-Config all_partitioned() {
-  Config c;
-  c.zero_optimization.stage3_param_persistence_threshold = 0;
-  return c;
-}
 
 EngineOptions options_under_test() { return EngineOptions{zerocheck::fault_under_test()}; }
 
