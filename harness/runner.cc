@@ -221,13 +221,14 @@ class ScenarioRunner {
     if (same_optimizer) optimizer = user_optimizer_.get();
     else optimizer = (fresh = make_optimizer(s_, trainable(*target))).get();
 
+    const std::optional<Owners> owners = owners_before_initialize(target);
     std::optional<std::string> predicted;  // the error the reference must raise, by kind
     if (expect_refusal) predicted = "AlreadyInitialized";
     else if (s_.config.train_batch_size != 0 &&
              s_.config.train_batch_size != s_.config.train_micro_batch_size_per_gpu *
                                                s_.config.gradient_accumulation_steps * s_.world_size)
       predicted = "ConfigError";
-    else if (placement_fails(target)) predicted = "PlacementError";
+    else if (!owners) predicted = "PlacementError";
     else if (!covers_exactly(*optimizer, *target)) predicted = "OptimizerMismatch";
 
     std::vector<at::Tensor> masters_before;
@@ -240,7 +241,7 @@ class ScenarioRunner {
     std::string raised;
     try {
       zero3::Config config = s_.config;
-      config.placement = placement();  // the scenario's policy, handed over as the user would
+      config.placement = s_.placement;  // the scenario's policy, handed over as the user would
       created = zero3::initialize(target, *optimizer, config, comm_, engine_options);
     } catch (const zero3::AlreadyInitialized& e) {
       raised = "AlreadyInitialized";
@@ -285,28 +286,26 @@ class ScenarioRunner {
     engine_tree_ = std::move(new_tree);
     engine_optimizer_ = optimizer;
     if (fresh) user_optimizer_ = std::move(fresh);  // the user holds the new optimizer now
-    expected_owners_ = placement_owners(target, placement(), comm_.world_size());
+    expected_owners_ = owners.value();  // accepted, so the policy evaluated (predicted is empty)
     twin_.retarget(s_, op.target);
     pending_ = at::Tensor();
     return fmt::format(": engine over '{}' ({} parameters)", op.target, engine_->params().size());
   }
 
-  // The placement in force: the scenario's, unless its config names one.
-  const zero3::PlacementSpec& placement() const {
-    return s_.config.placement.kind != zero3::PlacementSpec::Kind::none ? s_.config.placement : s_.placement;
-  }
-
-  bool placement_fails(const std::shared_ptr<Module>& target) const {
+  // Where the policy puts each module, from the user's attributes as they are before initialize
+  // (an engine that writes attributes must not move the goalposts); nothing when the reference
+  // must refuse the policy.
+  std::optional<Owners> owners_before_initialize(const std::shared_ptr<Module>& target) const {
     try {
-      auto owners = placement_owners(target, placement(), comm_.world_size());
+      auto owners = placement_owners(target, s_.placement, comm_.world_size());
       // A placed module must not contain an MoE (routes do not travel with inputs).
       for (auto& entry : zero3::unique_modules(target)) {
         auto it = owners.find(entry.module.get());
-        if (entry.module->kind() == "MoE" && it != owners.end() && it->second >= 0) return true;
+        if (entry.module->kind() == "MoE" && it != owners.end() && it->second >= 0) return std::nullopt;
       }
-      return false;
+      return owners;
     } catch (const zero3::PlacementError&) {
-      return true;
+      return std::nullopt;
     }
   }
 
@@ -528,7 +527,7 @@ class ScenarioRunner {
   }
 
   void check_placement() {
-    if (placement().kind == zero3::PlacementSpec::Kind::none) return;
+    if (s_.placement.kind == zero3::PlacementSpec::Kind::none) return;
     auto modules = modules_by_path(modules_by_path(model_).at(engine_target_));
     const auto views = engine_->params();
     const auto residency = engine_->residency();

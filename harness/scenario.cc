@@ -299,6 +299,13 @@ Scenario scenario_from_json(const json& root) {
       throw ScenarioError(e.what());
     }
   }
+  // The config's "zerocheck.placement" section is the same setting as "placement": a scenario
+  // gives its policy once, and from here on it lives in Scenario::placement only.
+  if (s.config.placement.kind != zero3::PlacementSpec::Kind::none) {
+    if (s.placement.kind != zero3::PlacementSpec::Kind::none)
+      throw ScenarioError("$.placement: a policy is also given in $.config.zerocheck.placement; give it once");
+    s.placement = std::exchange(s.config.placement, zero3::PlacementSpec{});
+  }
   for (size_t i = 0; i < at["tree"].array(kMaxNodes).size(); ++i) s.tree.push_back(read_node(at["tree"][i]));
   for (size_t i = 0; i < at["ops"].array(kMaxOps).size(); ++i) s.ops.push_back(read_op(at["ops"][i]));
   validate(s);
@@ -310,6 +317,8 @@ void validate(const Scenario& s) {
   if (s.features < 1 || s.features > kMaxFeatures) throw ScenarioError("$.features: out of range");
   check_tree(s.tree);
   if (s.ops.size() > kMaxOps) throw ScenarioError("$.ops: too many operations");
+  if (s.config.placement.kind != zero3::PlacementSpec::Kind::none)
+    throw ScenarioError("$.config.zerocheck.placement: a scenario's policy belongs in Scenario::placement");
 }
 
 json attr_value_to_json(const zero3::AttrValue& value) {

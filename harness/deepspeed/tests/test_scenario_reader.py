@@ -72,8 +72,11 @@ class GoodScenarios(unittest.TestCase):
         scenario = parse_scenario(json.dumps(minimal(config=section)))
         self.assertEqual((scenario.placement.kind, scenario.placement.attr), ("attr_mod", "id"))
         self.assertNotIn("zerocheck", scenario.config)
-        top = minimal(config=section, placement={"kind": "map", "owners": {"": 0}})
-        self.assertEqual(parse_scenario(json.dumps(top)).placement.kind, "map")
+        # One policy per scenario, as the C++ reader rules: giving it twice is refused.
+        both = minimal(config=section, placement={"kind": "map", "owners": {"": 0}})
+        with self.assertRaises(ScenarioError) as caught:
+            parse_scenario(json.dumps(both))
+        self.assertTrue(str(caught.exception).startswith("placement: a policy is also given"), str(caught.exception))
 
 
 class BadScenarios(unittest.TestCase):

@@ -164,8 +164,11 @@ def scenario_from_json(doc, name="scenario"):
     config, config_placement = config_reader.read_config(doc["config"], "config", world_size)
     tree = _read_tree(doc["tree"])
     placement = read_placement(doc.get("placement", {"kind": "none"}), "placement", world_size)
-    if placement.kind == "none":
-        # The engine's config may carry the user's policy instead ("zerocheck" section).
+    # The config's "zerocheck.placement" is the same setting: a scenario gives its policy once
+    # (the C++ reader, harness/scenario.cc, applies the same rule).
+    if config_placement.kind != "none":
+        if placement.kind != "none":
+            fail("placement", "a policy is also given in config.zerocheck.placement; give it once")
         placement = config_placement
     ops = _read_ops(doc["ops"])
     return Scenario(name=name, world_size=world_size, seed=seed, features=features, batch=batch,
