@@ -61,7 +61,7 @@ DecodeLimits limits_from_environment() {
       throw zero3::UsageError(fmt::format("{}='{}' is not a whole number in {}..{}", variable, text, low, high));
     field = static_cast<std::decay_t<decltype(field)>>(value);
   };
-  read("ZEROCHECK_FUZZ_WORLD", 1, 4, limits.world);
+  read("ZEROCHECK_FUZZ_WORLD", 1, kMaxDecodedWorld, limits.world);
   read("ZEROCHECK_FUZZ_MAX_NODES", 1, static_cast<int64_t>(kMaxDecodedNodes), limits.max_nodes);
   read("ZEROCHECK_FUZZ_MAX_OPS", 0, static_cast<int64_t>(kMaxDecodedOps), limits.max_ops);
   limits.validate();

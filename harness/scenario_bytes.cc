@@ -30,7 +30,7 @@ class Decoder {
 
   Scenario scenario() {
     Scenario s;
-    s.world_size = in_.ConsumeIntegralInRange(1, 4);
+    s.world_size = in_.ConsumeIntegralInRange(1, kMaxDecodedWorld);
     if (limits_.world > 0) s.world_size = limits_.world;
     s.seed = in_.ConsumeIntegralInRange<uint64_t>(0, 999);
     s.features = in_.ConsumeIntegralInRange<int64_t>(1, 4);
@@ -229,12 +229,13 @@ class Decoder {
 }  // namespace
 
 void DecodeLimits::validate() const {
-  auto bad = [](const char* field, int64_t value, const char* range) {
+  auto bad = [](const char* field, int64_t value, const std::string& range) {
     throw zero3::UsageError(fmt::format("decode limit {} = {} is outside {}", field, value, range));
   };
-  if (world < 0 || world > 4) bad("world", world, "0..4 (0: decoded)");
-  if (max_nodes < 1 || max_nodes > kMaxDecodedNodes) bad("max_nodes", static_cast<int64_t>(max_nodes), "1..12");
-  if (max_ops > kMaxDecodedOps) bad("max_ops", static_cast<int64_t>(max_ops), "0..64");
+  if (world < 0 || world > kMaxDecodedWorld) bad("world", world, fmt::format("0..{} (0: decoded)", kMaxDecodedWorld));
+  if (max_nodes < 1 || max_nodes > kMaxDecodedNodes)
+    bad("max_nodes", static_cast<int64_t>(max_nodes), fmt::format("1..{}", kMaxDecodedNodes));
+  if (max_ops > kMaxDecodedOps) bad("max_ops", static_cast<int64_t>(max_ops), fmt::format("0..{}", kMaxDecodedOps));
 }
 
 Scenario scenario_from_bytes(const uint8_t* data, size_t size, const DecodeLimits& limits) {

@@ -24,6 +24,7 @@
 
 namespace zerocheck {
 
+inline constexpr int kMaxDecodedWorld = 4;
 inline constexpr size_t kMaxDecodedNodes = 12;
 inline constexpr size_t kMaxDecodedOps = 64;
 
@@ -31,7 +32,7 @@ inline constexpr size_t kMaxDecodedOps = 64;
 // consumes the world byte, so one corpus serves every setting, and the limits only cut the tree
 // and the operation list short.
 struct DecodeLimits {
-  int world = 0;                      // 0: decoded from the input (1..4); else 1..4, fixed
+  int world = 0;                      // 0: decoded from the input; else 1..kMaxDecodedWorld, fixed
   size_t max_nodes = kMaxDecodedNodes;  // 1..kMaxDecodedNodes
   size_t max_ops = kMaxDecodedOps;      // 0..kMaxDecodedOps
 

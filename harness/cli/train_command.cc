@@ -2,6 +2,7 @@
 #include "engine/errors.h"
 #include "engine/faults.h"
 #include "harness/cli/command.h"
+#include "harness/models.h"
 #include "harness/train.h"
 
 #include <fmt/core.h>
@@ -43,7 +44,7 @@ void register_train_command(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
   command.add_option("--world", args->options.world_size, "number of ranks")->check(CLI::Range(1, 64));
   command.add_option("--steps", args->options.steps, "optimizer steps")->check(CLI::Range(1, 100000));
-  command.add_option("--model", args->options.model, "mlp, odd, moe or seed");
+  command.add_option("--model", args->options.model, "one of: " + model_names());
   command.add_option("--seed", args->options.seed, "seed of parameters and data");
   command.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
   command.add_option("--batch", args->options.batch_size, "micro-batch size per rank")
