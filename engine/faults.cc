@@ -1,5 +1,7 @@
 #include "engine/faults.h"
 
+#include "engine/errors.h"
+
 namespace zero3 {
 
 const std::vector<FaultInfo>& fault_catalogue() {
@@ -22,6 +24,12 @@ std::optional<Fault> fault_by_name(std::string_view name) {
   for (const auto& info : fault_catalogue())
     if (info.name == name) return info.fault;
   return std::nullopt;
+}
+
+Fault engine_by_name(std::string_view name, std::string_view given_as) {
+  if (auto fault = fault_by_name(name)) return *fault;
+  throw UsageError(std::string(given_as) + "='" + std::string(name) + "' is not an engine (expected one of: " +
+                   engine_names() + ")");
 }
 
 std::string engine_names() {

@@ -80,6 +80,9 @@ const std::vector<FaultInfo>& fault_catalogue();
 std::string_view fault_name(Fault fault);
 // Returns the fault named `name` ("reference" is Fault::none), or nothing for an unknown name.
 std::optional<Fault> fault_by_name(std::string_view name);
+// Returns the fault named `name`, or throws UsageError naming where the name came from
+// (`given_as`, e.g. "--engine" or "ZEROCHECK_FAULT") and listing every engine name.
+Fault engine_by_name(std::string_view name, std::string_view given_as);
 // Returns "reference, legacy-0.15.4, ..." for usage messages.
 std::string engine_names();
 

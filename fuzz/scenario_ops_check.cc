@@ -42,11 +42,7 @@ std::optional<Finding> finding_of(const OpsRun& run, zero3::Fault fault, const s
 zero3::Fault engine_from_environment() {
   const char* name = std::getenv("ZEROCHECK_ENGINE");
   if (name == nullptr || *name == '\0') return zero3::Fault::none;
-  auto fault = zero3::fault_by_name(name);
-  if (!fault)
-    throw zero3::UsageError(std::string("ZEROCHECK_ENGINE='") + name + "' is not an engine; choose one of: " +
-                            zero3::engine_names());
-  return *fault;
+  return zero3::engine_by_name(name, "ZEROCHECK_ENGINE");
 }
 
 DecodeLimits limits_from_environment() {

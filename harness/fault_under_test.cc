@@ -10,11 +10,7 @@ namespace zerocheck {
 zero3::Fault fault_under_test() {
   const char* name = std::getenv("ZEROCHECK_FAULT");
   if (name == nullptr || *name == '\0') return zero3::Fault::none;
-  auto fault = zero3::fault_by_name(name);
-  if (!fault)
-    throw zero3::UsageError(std::string("ZEROCHECK_FAULT='") + name +
-                            "' is not in the catalogue (" + zero3::engine_names() + ")");
-  return *fault;
+  return zero3::engine_by_name(name, "ZEROCHECK_FAULT");
 }
 
 }  // namespace zerocheck

@@ -16,13 +16,6 @@
 namespace zerocheck::cli {
 namespace {
 
-zero3::Fault engine_by_name(const std::string& name) {
-  auto fault = zero3::fault_by_name(name);
-  if (!fault)
-    throw zero3::UsageError("unknown --engine '" + name + "' (expected one of: " + zero3::engine_names() + ")");
-  return *fault;
-}
-
 void print_finding(const Finding& f) {
   fmt::print("\nVIOLATION {}\n", f.violation.to_text());
   fmt::print("found after {} cases ({:.1f} s); shrunk in {} runs to {} modules, {} operations:\n",
@@ -56,7 +49,7 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.add_option("--out", args->options.out_dir, "where shrunk scenarios are written");
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
-    args->options.fault = engine_by_name(args->engine);
+    args->options.fault = zero3::engine_by_name(args->engine, "--engine");
     args->options.comm = comm_kind_by_name(args->comm);
     const bool tty = !args->json && ::isatty(2);  // a progress line only where someone watches
     const CheckResult result = run_check(args->options, [&](int64_t cases, double seconds) {
@@ -93,7 +86,7 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     RunOptions run;
-    run.fault = engine_by_name(args->engine);
+    run.fault = zero3::engine_by_name(args->engine, "--engine");
     run.comm = comm_kind_by_name(args->comm);
     std::ifstream in(args->file, std::ios::binary);
     if (!in) throw zero3::UsageError("cannot read scenario file '" + args->file + "'");

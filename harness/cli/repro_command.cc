@@ -26,12 +26,8 @@ void register_repro_command(CLI::App& command, int& exit_code) {
   seed.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
   seed.add_flag("--json", args->json, "print one JSON object");
   seed.callback([args, &exit_code] {
-    auto fault = zero3::fault_by_name(args->engine);
-    if (!fault)
-      throw zero3::UsageError("unknown --engine '" + args->engine + "' (expected one of: " +
-                              zero3::engine_names() + ")");
     ReproOptions options;
-    options.fault = *fault;
+    options.fault = zero3::engine_by_name(args->engine, "--engine");
     options.world_size = args->world;
     options.comm = comm_kind_by_name(args->comm);
     const ReproReport report = run_repro_seed(options);

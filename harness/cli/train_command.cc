@@ -57,11 +57,7 @@ void register_train_command(CLI::App& command, int& exit_code) {
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     args->options.comm = comm_kind_by_name(args->comm);
-    auto fault = zero3::fault_by_name(args->engine);
-    if (!fault)
-      throw zero3::UsageError("unknown --engine '" + args->engine + "' (expected one of: " +
-                              zero3::engine_names() + ")");
-    args->options.fault = *fault;
+    args->options.fault = zero3::engine_by_name(args->engine, "--engine");
     const TrainReport report = run_training(args->options);
     if (args->json) std::cout << report.to_json().dump() << std::endl;
     else print_text(report);

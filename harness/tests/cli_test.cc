@@ -79,7 +79,11 @@ TEST(Cli, ReproSeedExitCodesFollowTheVerdict) {
   const CliRun reference = run_cli("repro seed --engine reference --world 3");
   EXPECT_EQ(reference.exit_code, 0) << reference.output;
   EXPECT_NE(reference.output.find("verdict: INTACT"), std::string::npos);
-  EXPECT_EQ(run_cli("repro seed --engine nonesuch").exit_code, 2);
+  const CliRun unknown = run_cli("repro seed --engine nonesuch");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("--engine='nonesuch' is not an engine (expected one of: reference, legacy-0.15.4"),
+            std::string::npos)
+      << unknown.output;
   EXPECT_EQ(run_cli("repro").exit_code, 2);
 }
 
