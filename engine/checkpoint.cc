@@ -81,14 +81,22 @@ void Engine::load_checkpoint(const std::string& dir) {
                               c10::str(p->master.sizes()));
       shards.push_back(shard);
     }
+    const int64_t saved_micro_steps = micro_steps.toInt();
     torch::serialize::InputArchive optimizer_archive;
     if (archive.try_read("optimizer", optimizer_archive)) {
       // LibTorch's load only adds the state it finds: state created after the save (a parameter
-      // that had no gradient then) would survive the load. Start from nothing, as saved.
+      // that had no gradient then) would survive the load. Start from nothing, as saved, and put
+      // the old state back if the archive does not load: nothing partial.
+      auto before = std::move(state_->optimizer->state());
       state_->optimizer->state().clear();
-      state_->optimizer->load(optimizer_archive);
+      try {
+        state_->optimizer->load(optimizer_archive);
+      } catch (...) {
+        state_->optimizer->state() = std::move(before);
+        throw;
+      }
     }
-    state_->micro_steps = micro_steps.toInt();
+    state_->micro_steps = saved_micro_steps;
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {

@@ -8,7 +8,6 @@
 #include "engine/registry.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/cuda.h>
@@ -37,10 +36,7 @@ class GradientReadyHook final : public torch::autograd::FunctionPostHook {
   ManagedParam* param_;
 };
 
-bool uses_registry(Fault fault) {
-  return fault != Fault::legacy_0_15_4 && fault != Fault::legacy_ds_id &&
-         fault != Fault::accept_repeated_initialize;
-}
+bool uses_registry(Fault fault) { return !is_legacy(fault) && fault != Fault::accept_repeated_initialize; }
 
 // Evaluates the placement policy once, in pre-order: a placed module's whole subtree goes with
 // it, so a nested module is never placed twice.

@@ -79,9 +79,9 @@ void write_param_names(ManagedParam& p, Module& owner_module, const std::string&
   }
 }
 
-bool is_legacy(Fault fault) { return fault == Fault::legacy_0_15_4 || fault == Fault::legacy_ds_id; }
-
 }  // namespace
+
+bool is_legacy(Fault fault) { return fault == Fault::legacy_0_15_4 || fault == Fault::legacy_ds_id; }
 
 void apply_legacy_module_writes(EngineState& state) {
   const Fault fault = state.options.fault;

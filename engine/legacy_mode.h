@@ -7,9 +7,14 @@
 // that are threads each get their own counter, as each upstream rank is its own process.
 #pragma once
 
+#include "engine/faults.h"
+
 namespace zero3 {
 
 struct EngineState;
+
+// Whether `fault` is one of the legacy modes (they skip the registry and write attributes).
+bool is_legacy(Fault fault);
 
 // Writes the upstream module names (the id counter first) when the engine runs a legacy mode;
 // does nothing otherwise. Runs before placement is evaluated: upstream numbers the modules while

@@ -180,9 +180,6 @@ class ScenarioRunner {
     return line;
   }
 
-  bool engine_live() const { return engine_ != nullptr; }
-  Module& model() { return *model_; }
-
  private:
   struct LedgerModule {
     std::string path;
@@ -597,8 +594,6 @@ RankInterpreter::RankInterpreter(const Scenario& scenario, zero3::Comm& comm, co
     : impl_(std::make_unique<ScenarioRunner>(scenario, comm, options, checkpoint_dir)) {}
 RankInterpreter::~RankInterpreter() = default;
 std::string RankInterpreter::apply(int64_t index, const Op& op) { return impl_->apply(index, op); }
-bool RankInterpreter::engine_live() const { return impl_->engine_live(); }
-zero3::Module& RankInterpreter::model() { return impl_->model(); }
 
 // ---- the world --------------------------------------------------------------------------------
 

@@ -56,10 +56,6 @@ class RankInterpreter {
   // Throws ViolationFound when an invariant broke; other exceptions are unexpected (I7).
   std::string apply(int64_t index, const Op& op);
 
-  // For the stateful property: whether an engine is live, and the user's model.
-  bool engine_live() const;
-  zero3::Module& model();
-
  private:
   std::unique_ptr<ScenarioRunner> impl_;
 };
