@@ -83,6 +83,20 @@ Scenario seed_scenario(int world) {
   return s;
 }
 
+// A parameter with no elements next to ordinary ones, trained: upstream ZeRO-3 has failed on it
+// (a zero-size partition), and real models have such parameters (empty heads, pruned layers).
+Scenario zero_size_scenario(int world, uint64_t seed) {
+  Scenario s;
+  s.world_size = world;
+  s.seed = seed;
+  s.features = 4;
+  s.config.zero_optimization.stage3_param_persistence_threshold = 0;
+  s.tree = {node("Sequential", {1, 2, 3}), node("Linear"), node("Offset"), node("Linear")};
+  s.tree[2].shape = {0};
+  s.ops = {op(OpKind::initialize), op(OpKind::forward), op(OpKind::backward), op(OpKind::step)};
+  return s;
+}
+
 }  // namespace
 
 nlohmann::json export_scenarios(const ExportOptions& options) {
@@ -111,6 +125,7 @@ nlohmann::json export_scenarios(const ExportOptions& options) {
           "dictionary");
   }
   write("seed-bug", seed_scenario(options.world_size), "seed");
+  write("zero-size-param", zero_size_scenario(options.world_size, options.seed), "zero-size");
   GeneratorOptions generator;
   generator.world_size = options.world_size;
   const auto gen = gen_scenario(generator);

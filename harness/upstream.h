@@ -1,11 +1,11 @@
-// `zerocheck upstream`: export scenarios, replay them on an installed DeepSpeed through the
-// Python runner (harness/deepspeed/) on W local ranks, and group what it found.
+// `zerocheck upstream`: export scenarios (or take the maintainer's own), then hand over to the
+// Python supervisor (harness/deepspeed/, `python -m zerocheck_ds suite`), which replays them on
+// supervised rank processes, groups findings by signature, compares with a baseline and shrinks.
 #pragma once
-
-#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zerocheck {
 
@@ -16,16 +16,22 @@ struct UpstreamOptions {
   uint64_t seed = 1;
   int world_size = 1;
   std::string out_dir = "zerocheck-out/upstream";
-  int timeout_s = 1800;
+  std::vector<std::string> scenarios;  // given: replay these instead of exporting
+  std::string deepspeed_tree;          // a DeepSpeed source tree instead of the installed one
+  std::string baseline;                // an earlier out_dir
+  bool shrink = false;
+  double shrink_seconds = 300;
+  double scenario_timeout = 120;
+  int batch = 50;
+  bool json = false;
 };
 
-struct UpstreamResult {
-  int runner_exit = 0;       // the Python runner's exit code (0, 1, 2), or 2 when it could not run
-  std::string runner_error;  // what it printed when it exited 2
-  nlohmann::json summary;    // the runner's summary.json (empty when it did not finish)
-};
+// The supervisor's command line for these options (exported scenarios under out_dir/scenarios).
+std::vector<std::string> supervisor_command(const UpstreamOptions& options, const std::string& self);
 
-// Returns the run's result. Throws zero3::UsageError for bad options.
-UpstreamResult run_upstream(const UpstreamOptions& options);
+// Exports when no scenarios are given, then replaces this process with the supervisor (so
+// Ctrl-C and exit codes are the supervisor's own). Returns only on failure, with exit code 2
+// after printing why. Throws zero3::UsageError for bad options.
+int run_upstream(const UpstreamOptions& options);
 
 }  // namespace zerocheck

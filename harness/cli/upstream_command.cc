@@ -7,9 +7,6 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include <iostream>
-#include <map>
-
 namespace zerocheck::cli {
 
 void register_export_command(CLI::App& command, int& exit_code) {
@@ -35,56 +32,32 @@ void register_export_command(CLI::App& command, int& exit_code) {
 
 void register_upstream_command(CLI::App& command, int& exit_code) {
   auto options = std::make_shared<UpstreamOptions>();
-  auto json = std::make_shared<bool>(false);
-  command.add_option("--python", options->python, "the Python that has torch and deepspeed")->required();
+  command.add_option("--python", options->python, "the Python that has torch (and deepspeed)")->required();
   command.add_option("--cases", options->cases, "random scenarios on top of the dictionary and seed ones")
       ->check(CLI::Range(0, 100000));
   command.add_option("--world", options->world_size, "ranks (processes on loopback)")->check(CLI::Range(1, 8));
   command.add_option("--seed", options->seed, "seed of the random scenarios");
-  command.add_option("--out", options->out_dir, "where scenarios, verdicts and logs go");
+  command.add_option("--out", options->out_dir, "where scenarios, verdicts, logs and report.md go");
+  command.add_option("--scenarios", options->scenarios,
+                     "replay these scenario files or folders instead of exporting new ones")
+      ->check(CLI::ExistingPath);
+  command.add_option("--deepspeed-tree", options->deepspeed_tree,
+                     "a DeepSpeed source tree (e.g. ../shared/deepspeed/v0.14.5) instead of the installed one")
+      ->check(CLI::ExistingDirectory);
+  command.add_option("--baseline", options->baseline,
+                     "an earlier --out: print fixed/new/unchanged signatures, exit 1 only for new ones")
+      ->check(CLI::ExistingDirectory);
+  command.add_flag("--shrink", options->shrink, "shrink one scenario per signature, write repro/<signature>.py");
+  command.add_option("--shrink-seconds", options->shrink_seconds, "time budget per signature")
+      ->check(CLI::Range(1.0, 86400.0));
+  command.add_option("--scenario-timeout", options->scenario_timeout, "seconds before a scenario is a hang")
+      ->check(CLI::Range(1.0, 86400.0));
+  command.add_option("--batch", options->batch, "scenarios per start of the ranks (1: one launch each)")
+      ->check(CLI::Range(1, 100000));
   command.add_option("--adapter", options->adapter, "deepspeed, or passthrough/faulty to check the runner")
       ->check(CLI::IsMember({"deepspeed", "passthrough", "faulty"}));
-  command.add_option("--timeout", options->timeout_s, "seconds before the ranks are stopped")->check(CLI::Range(1, 86400));
-  command.add_flag("--json", *json, "print one JSON object");
-  command.callback([options, json, &exit_code] {
-    const UpstreamResult result = run_upstream(*options);
-    if (result.runner_exit == 2) {
-      std::cerr << "zerocheck upstream: the runner could not run (" << options->adapter << " adapter, "
-                << options->python << "):\n"
-                << result.runner_error;
-      exit_code = kExitUsage;
-      return;
-    }
-    nlohmann::json findings = nlohmann::json::array();
-    std::map<std::pair<std::string, std::string>, int> groups;
-    for (const auto& f : result.summary.value("findings", nlohmann::json::array())) {
-      const std::string attribute = f.value("attribute", nlohmann::json()).is_string() ? f["attribute"].get<std::string>() : "";
-      findings.push_back({{"invariant", f.value("invariant", "")},
-                          {"attribute", attribute},
-                          {"module_path", f.value("module_path", nlohmann::json())},
-                          {"scenario", f.value("scenario", "")},
-                          {"expected", f.value("expected", nlohmann::json())},
-                          {"actual", f.value("actual", nlohmann::json())},
-                          {"exception", f.value("exception", nlohmann::json())}});
-      ++groups[{f.value("invariant", ""), attribute}];
-    }
-    if (*json) {
-      std::cout << nlohmann::json{{"deepspeed_version", result.summary.value("adapter_version", nlohmann::json())},
-                                  {"adapter", options->adapter},
-                                  {"scenarios_run", result.summary.value("scenarios_run", 0)},
-                                  {"findings", findings}}
-                       .dump()
-                << std::endl;
-    } else {
-      fmt::print("zerocheck upstream: adapter {} ({}), {} scenarios, {} findings\n", options->adapter,
-                 result.summary.value("adapter_version", nlohmann::json()).dump(),
-                 result.summary.value("scenarios_run", 0), findings.size());
-      fmt::print("{:<10} {:<32} {:>8}\n", "invariant", "attribute", "findings");
-      for (const auto& [key, count] : groups) fmt::print("{:<10} {:<32} {:>8}\n", key.first, key.second, count);
-      fmt::print("verdicts under {}/verdicts\n", options->out_dir);
-    }
-    exit_code = findings.empty() ? kExitOk : kExitViolation;
-  });
+  command.add_flag("--json", options->json, "print summary.json instead of the text summary");
+  command.callback([options, &exit_code] { exit_code = run_upstream(*options); });
 }
 
 }  // namespace zerocheck::cli

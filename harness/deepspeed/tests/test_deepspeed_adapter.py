@@ -67,5 +67,28 @@ class DeepSpeedAdapter(unittest.TestCase):
                 self.assertIn(f"stub deepspeed: {call} failed on purpose", errors[0]["exception"])
 
 
+class RefusalRecognition(unittest.TestCase):
+    """Only DeepSpeed's own refusal of a repeated initialize counts as one (I5)."""
+
+    def setUp(self):
+        import sys
+        sys.path.insert(0, support.STUB_DEEPSPEED)
+        self.addCleanup(sys.path.remove, support.STUB_DEEPSPEED)
+        self.addCleanup(sys.modules.pop, "deepspeed", None)
+        from zerocheck_ds.deepspeed_adapter import DeepSpeedAdapter
+        self.adapter = DeepSpeedAdapter()
+
+    def test_the_guarded_initialize_refusal_counts(self):
+        for e in (ValueError("Model has already been initialized by deepspeed.initialize"),
+                  RuntimeError("optimizer already initialized: call destroy() first")):
+            self.assertTrue(self.adapter.is_refusal(e), e)
+
+    def test_any_other_error_is_not_a_refusal(self):
+        for e in (IndexError("list index out of range"), KeyError(140213),
+                  AttributeError("'int' object has no attribute 'apply'"),
+                  ValueError("expected a positive batch size")):
+            self.assertFalse(self.adapter.is_refusal(e), e)
+
+
 if __name__ == "__main__":
     unittest.main()

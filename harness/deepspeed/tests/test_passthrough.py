@@ -129,6 +129,16 @@ class AttributeEater(PassThroughAdapter):
         return super().initialize(model, optimizer, config)
 
 
+class ExpertSwapper(PassThroughAdapter):
+    """Replaces every MoE's first expert with a fresh one, as a wrapping engine might."""
+
+    def initialize(self, model, optimizer, config):
+        for module in model.modules():
+            if hasattr(module, "experts"):
+                module.experts[0] = type(module.experts[0])(5)
+        return super().initialize(model, optimizer, config)
+
+
 class BrokenEnginesAreCaught(unittest.TestCase):
     def invariants(self, name, adapter):
         _, result = replay(name, adapter)
@@ -163,6 +173,19 @@ class BrokenEnginesAreCaught(unittest.TestCase):
                             and f.module_path == "1.experts.1" for f in findings), findings)
         self.assertTrue(any(f.invariant == "I2" and f.module_path == "1.experts.0"
                             and "replaced" in f.message for f in findings), findings)
+
+    def test_map_placement_sees_a_replaced_module(self):
+        # A map names paths; the promise is that each path still holds the module the user
+        # placed there. Only the swapped path may be reported, and with the swap as the reason.
+        findings = [f for f in self.invariants("reinit_submodule_map", ExpertSwapper())
+                    if f.invariant == "I2"]
+        self.assertEqual({f.module_path for f in findings}, {"0.experts.0"}, findings)
+        self.assertIn("replaced by a ExpertNode", findings[0].message)
+        self.assertNotEqual(findings[0].expected, findings[0].actual)
+
+    def test_map_placement_holds_on_the_passthrough(self):
+        findings = self.invariants("reinit_submodule_map", PassThroughAdapter())
+        self.assertFalse([f for f in findings if f.invariant == "I2"], findings)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,17 @@ before any scenario runs, and the rest of the package never imports it.
 """
 
 import copy
+import re
 import sys
 
 from .adapters import Adapter, AdapterUnavailable
 from .tree import TakesRoute
+
+
+# DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so. The repro
+# scripts (repro_script.py) embed this same rule.
+REFUSAL_TYPES = (ValueError, RuntimeError)
+REFUSAL_PATTERN = r"already (been )?initiali[sz]ed"
 
 
 class DeepSpeedAdapter(Adapter):
@@ -48,9 +55,11 @@ class DeepSpeedAdapter(Adapter):
         return engine
 
     def is_refusal(self, exception):
-        # Upstream has no dedicated exception for a repeated initialize: any error refuses it
-        # (the fingerprint still shows whether it changed anything on the way).
-        return True
+        # DeepSpeed's own refusal, as the guarded deepspeed.initialize proposed upstream raises
+        # it. Anything else raised by a repeated initialize (KeyError, IndexError, ...) is a
+        # crash, not a refusal: counting it as one would hide exactly the bug being hunted.
+        return (isinstance(exception, REFUSAL_TYPES)
+                and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
 
     def forward(self, engine, x, route):
         device = getattr(engine, "device", None)

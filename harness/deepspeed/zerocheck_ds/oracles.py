@@ -81,7 +81,9 @@ class PlacementOracle:
 
     def _expected_owner(self, path):
         if self._policy.kind == "map":
-            return self._policy.owners[path], "placement map"
+            # Which rank holds a module is not observable upstream; what the map promises the
+            # user is that PATH still names the module they placed.
+            return f"rank {self._policy.owners[path]}, the user's module", "placement map"
         value = self._ledger.expected(ObjectKey(path, ""), self._policy.attr, values.ABSENT)
         return self._owner(value), f"user's {self._policy.attr}={values.describe(value)}"
 
@@ -91,9 +93,9 @@ class PlacementOracle:
         except Exception as e:
             return None, f"no module at this path any more: {type(e).__name__}"
         if live is not original:
-            return None, "the user's module at this path was replaced"
+            return None, f"the user's module at this path was replaced by a {type(live).__name__}"
         if self._policy.kind == "map":
-            return self._policy.owners[path], "placement map"
+            return f"rank {self._policy.owners[path]}, the user's module", "placement map"
         try:
             value = getattr(live, self._policy.attr, values.ABSENT)
         except Exception as e:

@@ -67,10 +67,12 @@ def trainable_parameters(module):
 
 
 class Replay:
-    def __init__(self, scenario, adapter, rank=0, world_size=1):
+    def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None):
         self.scenario = scenario
         self.adapter = adapter
         self.rank = rank
+        # Told (op index or None, op name) before each step: the supervisor's heartbeat.
+        self._observer = observer or (lambda index, op: None)
         self.result = ReplayResult()
         self._reported = set()  # identities of I1/I2 findings already reported
         self._live = []  # [LiveEngine], in initialize order
@@ -91,7 +93,14 @@ class Replay:
 
     def run(self):
         """Returns the findings and skipped operations of the whole scenario."""
+        self._observer(None, "build")
         built = build_tree(self.scenario)
+        self._node_kinds = {}
+        for index, module in built.nodes.items():
+            path, kind = built.module_paths[id(module)], self.scenario.tree[index].kind
+            self._node_kinds[path] = kind
+            if kind == "Expert":  # its Linear is part of the node, not a node of its own
+                self._node_kinds[f"{path}.linear" if path else "linear"] = kind
         self.root = built.root
         self.ledger = AttributeLedger(built)
         for what, reason in self.ledger.apply_tree(self.scenario):
@@ -110,8 +119,10 @@ class Replay:
             "save": self._checkpoint, "load": self._checkpoint,
         }
         for index, op in enumerate(self.scenario.ops):
+            self._observer(index, op.op)
             handlers[op.op](index, op)
             self._check(index, op.op)
+        self._observer(None, "teardown")
         self._teardown()
         return self.result
 
@@ -298,6 +309,10 @@ class Replay:
         self._report(fresh)
 
     def _report(self, findings):
+        for finding in findings:
+            # The node kind makes a finding's signature; a parameter's is its module's.
+            if finding.module_path is not None and finding.node_kind is None:
+                finding.node_kind = getattr(self, "_node_kinds", {}).get(finding.module_path)
         self.result.findings.extend(findings)
 
     def _skip(self, index, op, what, reason):

@@ -108,7 +108,7 @@ class BuiltTree:
     nodes: dict  # node index -> module, reachable nodes only
     module_paths: dict  # id(module) -> canonical path
     param_names: dict  # id(parameter) -> canonical dotted name
-    expert_paths: list  # canonical paths of the distinct MoE experts, in pre-order
+    expert_paths: list  # canonical paths of the distinct Expert nodes, in pre-order
     unreachable: list = field(default_factory=list)  # node indices no parent lists
 
     def path_of(self, module):
@@ -177,13 +177,14 @@ def build_tree(scenario):
 
     module_paths = {id(m): path for path, m in root.named_modules()}
     param_names = {id(p): name for name, p in root.named_parameters()}
+    # Every Expert node, wherever it sits (an MoE or a plain ModuleList, as in the bug report):
+    # engine/placement.h places "every Expert", and both readers must mean the same modules.
     expert_paths = []
     for index in sorted(reachable):
-        if tree[index].kind == "MoE":
-            for expert in nodes[index].experts:
-                path = module_paths[id(expert)]
-                if path not in expert_paths:
-                    expert_paths.append(path)
+        if tree[index].kind == "Expert":
+            path = module_paths[id(nodes[index])]
+            if path not in expert_paths:
+                expert_paths.append(path)
     pre_order = {path: i for i, path in enumerate(module_paths.values())}
     expert_paths.sort(key=pre_order.__getitem__)
     unreachable = [i for i in range(len(tree)) if i not in reachable]

@@ -22,6 +22,7 @@ class Finding:
     actual: object = None
     exception: object = None
     message: str = ""
+    node_kind: object = None  # the scenario's node kind at module_path (signatures use it)
     ranks: list = field(default_factory=list)
 
     def identity(self):

@@ -1,0 +1,193 @@
+"""Standalone reproduction scripts: they import no zerocheck_ds, hold on plain PyTorch, and on the
+stub DeepSpeed (tests/fixtures/stub_deepspeed) find exactly what the replay finds."""
+
+import ast
+import collections
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from . import support
+from zerocheck_ds.repro_script import repro_script_text, write_repro_script
+
+SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
+    os.path.join(support.UPSTREAM, "ds_id_experts.json")]
+ALLOWED_IMPORTS = {"copy", "math", "os", "re", "socket", "sys", "torch", "deepspeed"}
+FAILED_LINE = re.compile(r"^FAILED (\S+) at (?:op (\d+)|build/teardown):", re.M)
+
+
+RUN_EACH_PLAIN = """
+import contextlib, io, json, runpy, sys
+for script in sys.argv[1:]:
+    sys.argv, out = [script, "--plain"], io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    print(json.dumps({"script": script, "exit": code, "stdout": out.getvalue()}), flush=True)
+"""
+
+
+def target(invariant, **fields):
+    found = {"signature": f"test {invariant}", "invariant": invariant, "op_index": None,
+             "op": "", "module_path": None, "param": None, "attribute": None,
+             "exception_type": None}
+    found.update(fields)
+    return found
+
+
+def name_of(path):
+    return os.path.basename(path)[: -len(".json")]
+
+
+def script_env(extra_paths=(), **variables):
+    """No inherited world, and zerocheck_ds deliberately not importable: the script stands alone."""
+    env = support.cli_env(extra_paths, **variables)
+    del env["PYTHONPATH"]
+    if extra_paths:
+        env["PYTHONPATH"] = os.pathsep.join(extra_paths)
+    return env
+
+
+class ReproScript(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def write(self, scenario, goal):
+        path = os.path.join(self.dir, f"{name_of(scenario)}_{goal['invariant']}.py")
+        write_repro_script(scenario, goal, path)
+        return path
+
+    def run_scripts(self, scripts, args=(), extra_paths=(), **variables):
+        """Runs the scripts side by side (they are independent); returns their CompletedProcess."""
+        procs = [subprocess.Popen([sys.executable, path, *args], cwd=self.dir, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=script_env(extra_paths, **variables)) for path in scripts]
+        runs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            runs.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        return runs
+
+    def test_scripts_compile_and_import_only_torch_deepspeed_and_the_standard_library(self):
+        for scenario in SCENARIOS:
+            for goal in (target("I1", attribute="id"), target("I2"), target("I5"),
+                         target("op", exception_type="AssertionError"), target("crash"),
+                         target("hang")):
+                with self.subTest(scenario=name_of(scenario), invariant=goal["invariant"]):
+                    text = repro_script_text(scenario, goal)
+                    compile(text, "repro.py", "exec")
+                    self.assertNotIn("zerocheck_ds", text)
+                    imported = set()
+                    for node in ast.walk(ast.parse(text)):
+                        if isinstance(node, ast.Import):
+                            imported.update(a.name.split(".")[0] for a in node.names)
+                        elif isinstance(node, ast.ImportFrom):
+                            imported.add(node.module.split(".")[0])
+                    self.assertLessEqual(imported, ALLOWED_IMPORTS)
+
+    def test_repeats_are_announced_where_a_correct_engine_refuses_them(self):
+        text = repro_script_text(support.good("tied_frozen_values"), target("I5"))
+        blocks = {b.split(":")[0]: b for b in text.split("\n# op ")[1:]}
+        for op in ("5", "6"):  # the root, then module '2' (tied to the managed '0')
+            self.assertIn("must be refused", blocks[op])
+        for op in ("1", "7"):  # first ones; 7's fresh optimizer is new, not the managed one
+            self.assertNotIn("must be refused", blocks[op])
+        self.assertIn("initialize(7, target, torch.optim.SGD(trainable(target), lr=0.1))",
+                      blocks["7"])
+
+    def test_written_script_is_executable_and_a_bad_target_is_refused(self):
+        path = self.write(SCENARIOS[0], target("I1"))
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o755)
+        with self.assertRaisesRegex(ValueError, "invariant"):
+            repro_script_text(SCENARIOS[0], target("I9"))
+
+    def test_plain_pytorch_does_not_reproduce_and_breaks_nothing(self):
+        kinds = [target("I1", attribute="id"), target("I2"), target("I5"),
+                 target("op", exception_type="RuntimeError"), target("crash")]
+        scripts = [self.write(s, goal) for s, goal in zip(SCENARIOS, kinds)]
+        # One interpreter runs them all, each as `python3 SCRIPT --plain` would (as __main__,
+        # fresh globals): torch's import is most of a run's time.
+        batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
+                               env=script_env(), capture_output=True, text=True, timeout=120)
+        self.assertEqual(batch.returncode, 0, batch.stderr)
+        runs = [json.loads(line) for line in batch.stdout.splitlines()]
+        self.assertEqual([r["script"] for r in runs], scripts, batch.stderr)
+        for run in runs:
+            with self.subTest(os.path.basename(run["script"])):
+                self.assertEqual(run["exit"], 0, run["stdout"] + batch.stderr)
+                self.assertIn("NOT REPRODUCED test ", run["stdout"])
+                self.assertNotIn("FAILED", run["stdout"])
+
+    def test_plain_run_as_a_maintainer_runs_it(self):
+        run, = self.run_scripts([self.write(SCENARIOS[-1], target("I5"))], ["--plain"])
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertEqual(run.stdout, "NOT REPRODUCED test I5\n")
+
+    def test_stub_deepspeed_reproduces_what_the_replay_finds(self):
+        # One target per scenario; a script must reproduce exactly when the replay's verdict
+        # holds a matching finding, and print the same (invariant, op) failures on the way.
+        goals = {
+            "ds_id_experts": target("I1", attribute="ds_id", module_path="0.experts.0"),
+            "experts_attr_mod": target("I5", op_index=5, op="initialize"),
+            "name_collisions": target("op", exception_type="AssertionError"),
+            "reinit_submodule_map": target("I2"),
+            "tied_frozen_values": target("I1", attribute="ds_id"),
+        }
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", *SCENARIOS, "--out", out, "--adapter",
+                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        scripts = [self.write(s, goals[name_of(s)]) for s in SCENARIOS]
+        runs = dict(zip(map(name_of, SCENARIOS),
+                        self.run_scripts(scripts, extra_paths=[support.STUB_DEEPSPEED])))
+        for name, run in runs.items():
+            with self.subTest(name):
+                with open(os.path.join(out, f"{name}.verdict.json"), encoding="utf-8") as f:
+                    findings = json.load(f)["findings"]
+                expected = collections.Counter((f["invariant"], f["op_index"]) for f in findings)
+                found = collections.Counter((inv, int(op) if op else None)
+                                            for inv, op in FAILED_LINE.findall(run.stdout))
+                self.assertEqual(found, expected, run.stdout + run.stderr)
+                goal = goals[name]
+                reproduced = any(matches(goal, f) for f in findings)
+                self.assertEqual(run.returncode, 1 if reproduced else 0, run.stdout + run.stderr)
+                self.assertIn(("REPRODUCED " if reproduced else "NOT REPRODUCED ")
+                              + goal["signature"], run.stdout)
+        self.assertIn("REPRODUCED test I1: expected 0, got 3 (op 0: module '0.experts.0' "
+                      "attribute 'ds_id': expected 0, got 3)", runs["ds_id_experts"].stdout)
+        self.assertIn("REPRODUCED test I5: expected refused, got accepted (op 5: a repeated "
+                      "initialize was accepted", runs["experts_attr_mod"].stdout)
+
+    def test_an_operation_raising_is_reproduced_with_its_exception(self):
+        goal = target("op", exception_type="RuntimeError")
+        run, = self.run_scripts([self.write(SCENARIOS[-1], goal)],
+                                extra_paths=[support.STUB_DEEPSPEED],
+                                ZEROCHECK_STUB_DEEPSPEED_FAIL="step")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn("REPRODUCED test op: expected no exception, got RuntimeError (op 3: step "
+                      "raised RuntimeError: stub deepspeed: step failed on purpose)", run.stdout)
+
+
+def matches(goal, finding):
+    """The repro script's rule: same invariant, attribute when given, exception type for "op"."""
+    if finding["invariant"] != goal["invariant"]:
+        return False
+    if goal["attribute"] is not None and finding["attribute"] != goal["attribute"]:
+        return False
+    return goal["invariant"] != "op" or finding["actual"] == goal["exception_type"]
+
+
+if __name__ == "__main__":
+    unittest.main()

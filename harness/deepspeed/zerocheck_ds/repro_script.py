@@ -1,0 +1,906 @@
+"""Standalone reproduction scripts: one minimised scenario and one finding -> a `bug.py`.
+
+The script a DeepSpeed maintainer runs imports torch, deepspeed (not under --plain) and the
+standard library, never zerocheck_ds. It is straight-line code: the model's classes, the tree
+built node by node, the user's attributes written with setattr, then one commented block per
+operation, each followed by the checks the replay makes (I1, I2, I5, an operation raising).
+It ends with `REPRODUCED <signature>: expected ..., got ...` and exit 1 when a failure like the
+target shows, else `NOT REPRODUCED <signature>` and exit 0; `--plain` runs the same steps on a
+pass-through engine (plain PyTorch), which must not reproduce.
+
+One source of truth: the model classes, the data seeding and the I5 fingerprint are copied into
+the script from tree.py, replay.py and oracles.py with inspect.getsource, so the script builds
+the same model, feeds the same numbers and compares the same state as the replay. Which user
+writes are skipped as not representable is decided here with the replay's own rule
+(collisions.PristineNames over a freshly built tree), and written into the script as comments.
+
+What stays at run time, as in the replay: whether an initialize is a repeat (an earlier one may
+have failed), which engine a forward goes through, whether a backward has a loss, whether a
+delete finds anything. Differences from the replay: a repeated initialize must raise an error
+that deepspeed_adapter.is_refusal accepts (the same rule, embedded); a path that did not exist at generation time is skipped without looking again.
+"""
+
+import inspect
+import os
+import textwrap
+
+from . import oracles, replay, tree
+from .collisions import PristineNames
+from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES
+from .ledger import AttributeLedger, ObjectKey, WriteSkipped
+from .scenario import TensorLiteral, load_scenario
+
+TARGET_INVARIANTS = ("I1", "I2", "I5", "op", "crash", "hang")
+REFUSAL_TEXT = "already been initialized"
+
+# What each target invariant means to someone who has never heard of zerocheck.
+INVARIANT_MEANING = {
+    "I1": "an attribute the user set (or deleted) on a module or parameter no longer holds the "
+          "user's last write",
+    "I2": "a module's owner rank, computed by the placement policy from the attributes the user "
+          "set, differs when computed from the live module",
+    "I5": f"a repeated initialize of a managed model, submodule or optimizer is not refused with "
+          f"an error saying {REFUSAL_TEXT!r}, changes the model, or breaks training",
+    "op": "an operation raises",
+    "crash": "the process dies",
+    "hang": "the process hangs",
+}
+
+_CONTAINERS = ("Sequential", "ModuleList", "MoE")
+_NODE_CLASSES = {"Offset": tree.OffsetNode, "Expert": tree.ExpertNode,
+                 "Sequential": tree.SequentialNode, "ModuleList": tree.ModuleListNode,
+                 "MoE": tree.MoENode}
+
+
+def repro_script_text(scenario_path, target, script_name="repro.py"):
+    """Returns the text of a standalone script reproducing `target` from the scenario file.
+
+    `target`: {"signature", "invariant", "op_index", "op", "module_path", "param", "attribute",
+    "exception_type"} (only "signature" and "invariant" are required). Raises ScenarioError for a
+    bad scenario, ValueError for a bad target.
+    """
+    _check_target(target)
+    plan = _Plan(load_scenario(scenario_path))
+    sections = [
+        _header(plan, target, script_name),
+        _settings(plan, target),
+        _ENGINE,
+        _model_classes(plan),
+        _CHECKS + _PLACEMENT_CHECKS.get(plan.placement.kind, ""),
+        _operation_helpers(plan),
+        _build(plan),
+        _operations(plan),
+        _verdict(target),
+    ]
+    return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
+
+
+def write_repro_script(scenario_path, target, out_path):
+    """Writes repro_script_text(...) to `out_path`, executable (0755). Raises as it does."""
+    text = repro_script_text(scenario_path, target, os.path.basename(out_path))
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(out_path, 0o755)
+
+
+def _check_target(target):
+    if not isinstance(target, dict):
+        raise ValueError(f"target must be a dict, got {type(target).__name__}")
+    if not isinstance(target.get("signature"), str):
+        raise ValueError(f"target['signature'] must be a string, got {target.get('signature')!r}")
+    if target.get("invariant") not in TARGET_INVARIANTS:
+        raise ValueError(f"target['invariant'] must be one of {', '.join(TARGET_INVARIANTS)}, "
+                         f"got {target.get('invariant')!r}")
+
+
+class _Plan:
+    """The scenario, its freshly built tree and the replay's rules, evaluated at generation time."""
+
+    def __init__(self, scenario):
+        self.scenario = scenario
+        self.placement = scenario.placement
+        self.built = tree.build_tree(scenario)
+        self.ledger = AttributeLedger(self.built)  # only for resolve(): paths as the replay does
+        self.names = PristineNames(self.built.root)  # before any write, like the ledger's rule
+        self.variable = {id(m): f"n{i}" for i, m in self.built.nodes.items()}
+        self.root_takes_route = scenario.tree[0].kind in _CONTAINERS
+
+    def skip_reason(self, obj, key, name):
+        """Returns why the replay skips writing `name` on `obj` (the ledger's words), or None."""
+        reason = self.names.reason(obj, name)
+        return f"not representable upstream: on {key.describe()}, {reason}" if reason else None
+
+    def write_skip_reason(self, module_path, param, name):
+        """Returns (why the replay skips this write or None, the object's canonical key)."""
+        try:
+            obj, key = self.ledger.resolve(module_path, param)
+        except WriteSkipped as e:
+            return str(e), None
+        return self.skip_reason(obj, key, name), key
+
+    def module_source(self, path):
+        """The module at `path` as the script names it: its node variable where it has one."""
+        module = self.built.root.get_submodule(path)
+        return self.variable.get(id(module), f"model.get_submodule({path!r})")
+
+
+# ---- values and names as Python source -------------------------------------------------------
+
+def _value_source(literal):
+    """Python source building a fresh live object equal to a scenario literal (values.to_live)."""
+    if isinstance(literal, TensorLiteral):
+        return (f"torch.tensor({list(literal.values)!r}, dtype=torch.float32)"
+                f".reshape({list(literal.shape)!r})")
+    if isinstance(literal, tuple):
+        return "[" + ", ".join(_value_source(v) for v in literal) + "]"
+    return repr(literal)  # None, bool, int, finite float, str (repr escapes what cannot print)
+
+
+def _printable(text):
+    # Names and signatures may hold newlines or other unprintable characters: escape them.
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _comment(text):
+    """`text` as comment lines."""
+    return "\n".join(textwrap.wrap(_printable(text), width=96, initial_indent="# ",
+                                    subsequent_indent="#   ", break_long_words=False,
+                                    break_on_hyphens=False))
+
+
+def _docstring_safe(text):
+    """`text` as it may stand inside a triple-quoted docstring."""
+    return _printable(text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"'))
+
+
+def _module_source(path):
+    return "model" if path == "" else f"model.get_submodule({path!r})"
+
+
+def _object_source(module_path, param):
+    if not param:
+        return _module_source(module_path)
+    return f"model.get_parameter({'.'.join(p for p in (module_path, param) if p)!r})"
+
+
+def _key_source(key):
+    return f"{key.module!r}, {key.param!r}"
+
+
+# ---- sections --------------------------------------------------------------------------------
+
+def _rule(title):
+    return f"# ---- {title} ".ljust(96, "-")
+
+
+def _paragraph(text):
+    return textwrap.fill(text, width=96, break_long_words=False, break_on_hyphens=False)
+
+
+def _header(plan, target, script_name):
+    s, invariant, name = plan.scenario, target["invariant"], _docstring_safe(script_name)
+    seen = ("build time or teardown" if target.get("op_index") is None
+            else f"op {target['op_index']} ({target.get('op') or '?'})")
+    details = [f"{k} {target[k]!r}" for k in ("module_path", "param", "attribute",
+                                               "exception_type") if target.get(k) not in (None, "")]
+    what = (f"What fails ({invariant}): {INVARIANT_MEANING[invariant]}; first seen at {seen}"
+            + (": " + ", ".join(details) if details else "") + ".")
+    origin = (f"Generated by zerocheck from scenario {s.name!r} ({s.world_size} rank(s), "
+              f"{len(s.ops)} operations). Needs torch, and deepspeed unless --plain.")
+    if s.world_size == 1:
+        run = f"    python3 {name}"
+    else:
+        run = "\n".join(
+            f"    RANK={r} WORLD_SIZE={s.world_size} LOCAL_RANK={r} MASTER_ADDR=127.0.0.1 "
+            f"MASTER_PORT=29500 python3 {name}" + (" &" if r < s.world_size - 1 else "")
+            for r in range(s.world_size))
+        run += f"\n(`python3 {name}` runs it on one rank; placement still assumes {s.world_size}.)"
+    if invariant in ("crash", "hang"):
+        dies = "dying" if invariant == "crash" else "hanging"
+        outcome = (f"The reproduction is the process {dies}; a run that reaches the end prints "
+                   "NOT REPRODUCED and exits 0.")
+        if invariant == "hang":
+            outcome += " Run it under `timeout 600` to bound it."
+    else:
+        outcome = ("Prints `REPRODUCED <signature>: expected ..., got ...` and exits 1 when the "
+                   "failure shows, `NOT REPRODUCED <signature>` and exits 0 otherwise.")
+    checks = ("Every failure on the way is printed as FAILED, and the run goes on. Checked after "
+              "every operation: I1 every attribute the user wrote still holds the user's value; "
+              "I2 placement owners agree (when the scenario places modules); I5 a repeated "
+              f"initialize raises an error saying {REFUSAL_TEXT!r}, changes nothing, and a "
+              "forward still runs.")
+    doc = "\n\n".join([
+        _paragraph(_docstring_safe(f"Reproduces: {target['signature']}")),
+        _paragraph(_docstring_safe(what)), _paragraph(_docstring_safe(origin)),
+        ("Run:\n" if s.world_size == 1 else "Run, one process per rank:\n") + run,
+        "Control, plain PyTorch (a pass-through engine that refuses a repeated initialize); it "
+        f"must NOT\nreproduce:\n    python3 {name} --plain",
+        _paragraph(outcome + " " + checks)])
+    return f'''#!/usr/bin/env python3
+"""{doc}
+"""
+
+import copy
+import math
+import os
+import re
+import socket
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn'''
+
+
+def _config_lines(config, indent):
+    # One key a line, nested dicts opened on their own lines: a maintainer edits these.
+    lines = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            lines += [f"{indent}{key!r}: {{"] + _config_lines(value, indent + "    ")
+            lines.append(f"{indent}}},")
+        else:
+            lines.append(f"{indent}{key!r}: {value!r},")
+    return lines
+
+
+def _settings(plan, target):
+    s = plan.scenario
+    config = "\n".join(_config_lines(s.config, "    "))
+    return f'''if sys.argv[1:] not in ([], ["--plain"]):
+    print(f"usage: {{sys.argv[0]}} [--plain]", file=sys.stderr)
+    sys.exit(2)
+PLAIN = sys.argv[1:] == ["--plain"]
+RANK = int(os.environ.get("RANK", "0"))
+WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
+SIGNATURE = {target["signature"]!r}
+SCENARIO_WORLD_SIZE = {s.world_size}  # placement (I2) uses it whatever the real world size
+SEED, FEATURES, BATCH = {s.seed}, {s.features}, {s.batch}
+CONFIG = {{
+{config}
+    # ZeRO takes an optimizer it has not tested (SGD) only with this; it changes nothing else.
+    'zero_allow_untested_optimizer': True,
+}}
+if WORLD_SIZE != SCENARIO_WORLD_SIZE:
+    CONFIG.pop("train_batch_size", None)  # sized for the scenario's world size'''
+
+
+_ENGINE = '''
+# ---- the engine: DeepSpeed, or a pass-through stand-in under --plain -------------------------
+
+if PLAIN:
+    class PlainEngine:
+        """The model itself and the user's optimizer: what a correct engine must look like."""
+
+        def __init__(self, module, optimizer, registry):
+            self.module, self.optimizer, self._registry = module, optimizer, registry
+
+        def __call__(self, *inputs):
+            return self.module(*inputs)
+
+        def backward(self, loss):
+            loss.backward()
+
+        def step(self):
+            if self.optimizer is not None:
+                self.optimizer.step()
+
+        def zero_grad(self):
+            if self.optimizer is not None:
+                self.optimizer.zero_grad()
+            else:
+                self.module.zero_grad()
+
+        def destroy(self):
+            self._registry[:] = [e for e in self._registry if e is not self]
+
+    class PlainDeepSpeed:
+        """Stands in for `deepspeed`: refuses to initialize what a live engine already manages."""
+
+        def __init__(self):
+            self.live = []
+
+        def initialize(self, model, optimizer, config):
+            for engine in self.live:
+                managed = {id(m) for m in engine.module.modules()}
+                if any(id(m) in managed for m in model.modules()):
+                    raise RuntimeError("this module or one of its submodules has already been "
+                                       "initialized by a live engine")
+                if optimizer is not None and optimizer is engine.optimizer:
+                    raise RuntimeError("this optimizer has already been initialized by a live "
+                                       "engine")
+            engine = PlainEngine(model, optimizer, self.live)
+            self.live.append(engine)
+            return engine, optimizer, None, None
+
+    deepspeed = PlainDeepSpeed()
+else:
+    try:
+        import deepspeed
+    except Exception as e:  # not a reproduction: say so, with the usage exit code
+        print(f"cannot import deepspeed: {type(e).__name__}: {e} (try --plain)", file=sys.stderr)
+        sys.exit(2)
+    if WORLD_SIZE == 1:
+        # deepspeed.initialize wants torch.distributed even on one rank; without this
+        # environment it goes looking for MPI.
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+        for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                            ("MASTER_ADDR", "127.0.0.1")):
+            os.environ.setdefault(name, value)
+'''
+
+
+def _model_classes(plan):
+    kinds = {plan.scenario.tree[i].kind for i in plan.built.nodes}
+    parts = [_rule("the model's classes (every module maps FEATURES -> FEATURES)"),
+             inspect.getsource(tree.RouteCursor)]
+    if kinds & set(_CONTAINERS):
+        parts += [inspect.getsource(tree.TakesRoute), inspect.getsource(tree.run_module)]
+    parts += [inspect.getsource(cls) for kind, cls in _NODE_CLASSES.items() if kind in kinds]
+    return "\n\n\n".join(p.strip("\n") for p in parts)
+
+
+_CHECKS = '''
+# ---- failures and the checks -----------------------------------------------------------------
+
+class Absent:
+    def __repr__(self):
+        return "<absent>"
+
+
+ABSENT = Absent()  # the attribute does not exist (the user deleted it)
+ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
+PREFIX = f"[rank {RANK}] " if WORLD_SIZE > 1 else ""
+failures = []  # (invariant, op_index, attribute, expected, actual, text), in the order seen
+_reported = set()
+
+
+def fail(invariant, op_index, attribute, expected, actual, text):
+    failures.append((invariant, op_index, attribute, expected, actual, text))
+    where = "build/teardown" if op_index is None else f"op {op_index}"
+    print(f"{PREFIX}FAILED {invariant} at {where}: {text}", flush=True)
+
+
+def fail_once(identity, *failure):
+    # A clobbered attribute stays clobbered: report it when it first appears (or changes).
+    if identity not in _reported:
+        _reported.add(identity)
+        fail(*failure)
+
+
+def op_failed(op_index, op, error):
+    name = type(error).__name__
+    fail("op", op_index, None, "no exception", name, f"{op} raised {name}: {error}")
+
+
+def write_failed(op_index, name, error):
+    fail("I1", op_index, name, "the write succeeds", type(error).__name__,
+         f"the user's write of {name!r} raised {type(error).__name__}: {error}")
+
+
+def skipped(op_index, why):
+    print(f"{PREFIX}op {op_index}: skipped ({why})", flush=True)
+
+
+def show(value, depth=0):
+    """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
+    if isinstance(value, torch.Tensor):
+        if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
+            return f"tensor({value.tolist()}, dtype={value.dtype})"
+        return (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, "
+                f"device={value.device})")
+    if type(value) is list and depth < 8:
+        return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
+    try:
+        text = repr(value)
+    except Exception as e:  # a foreign object's repr may itself fail
+        text = f"<repr failed: {type(e).__name__}>"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def same(expected, actual):
+    """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor."""
+    if expected is ABSENT or expected is None:
+        return actual is expected
+    if isinstance(expected, torch.Tensor):
+        return (type(actual) is torch.Tensor and actual.dtype == torch.float32
+                and actual.device.type == "cpu" and actual.shape == expected.shape
+                and torch.equal(actual, expected))
+    if type(expected) is list:
+        return (type(actual) is list and len(actual) == len(expected)
+                and all(same(e, a) for e, a in zip(expected, actual)))
+    return type(actual) is type(expected) and actual == expected
+
+
+def user_object(path, param):
+    """The module at `path` (or its parameter), reached from the user's own model."""
+    module = model.get_submodule(path)
+    return module.get_parameter(param) if param else module
+
+
+def check_user_attrs(op_index):
+    """I1: every attribute the user wrote (or deleted) still holds the user's last write."""
+    for (path, param, name), expected in user_attrs.items():
+        where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
+        try:
+            actual, trouble = getattr(user_object(path, param), name, ABSENT), ""
+        except ERRORS as e:  # the object is gone, or an engine's descriptor raised on read
+            actual, trouble = ABSENT, f" (reading it raised {type(e).__name__}: {e})"
+        if trouble or not same(expected, actual):
+            fail_once(("I1", path, param, name, show(expected), show(actual)),
+                      "I1", op_index, name, show(expected), show(actual),
+                      f"{where} attribute {name!r}: expected {show(expected)}, "
+                      f"got {show(actual)}{trouble}")
+'''
+
+_PLACEMENT_CHECKS = {
+    "attr_mod": '''
+
+def owner(value):
+    """The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size."""
+    return value % SCENARIO_WORLD_SIZE if type(value) is int else None
+
+
+def live_owner(path, original):
+    """(owner rank, why) computed from the live module at `path`."""
+    try:
+        live = model.get_submodule(path)
+    except ERRORS as e:
+        return None, f"no module at this path any more: {type(e).__name__}"
+    if live is not original:
+        return None, f"the user's module at this path was replaced by a {type(live).__name__}"
+    try:
+        value = getattr(live, PLACEMENT_ATTR, ABSENT)
+    except ERRORS as e:
+        return None, f"reading {PLACEMENT_ATTR} raised {type(e).__name__}: {e}"
+    return owner(value), f"live {PLACEMENT_ATTR}={show(value)}"
+
+
+def check_placement(op_index):
+    """I2: the owner from the user's attribute equals the owner from the live module."""
+    for path, original in placed.items():
+        user_value = user_attrs.get((path, "", PLACEMENT_ATTR), ABSENT)
+        expected = owner(user_value)
+        actual, why = live_owner(path, original)
+        if expected != actual:
+            fail_once(("I2", path, expected, actual),
+                      "I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
+                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
+                      f"{show(user_value)}) became {actual} ({why})")
+''',
+    "map": '''
+
+def check_placement(op_index):
+    """I2: which rank holds a module is not observable here; what the map promises the user is
+    that each path still names the module they placed."""
+    for path, original in placed.items():
+        try:
+            live = model.get_submodule(path)
+            why = f"the user's module at this path was replaced by a {type(live).__name__}"
+        except ERRORS as e:
+            live, why = None, f"no module at this path any more: {type(e).__name__}"
+        if live is not original:
+            expected = f"rank {OWNERS[path]}, the user's module"
+            fail_once(("I2", path), "I2", op_index, None, expected, "None",
+                      f"module {path!r}: owner rank {expected} (placement map) became None "
+                      f"({why})")
+''',
+}
+
+
+_STATE = '''
+# ---- the operations: what the replay does, one function per kind -----------------------------
+
+live = []  # (engine, target, optimizer) for every initialize a correct engine accepts
+accepted_repeats = []  # engines from repeated initializes a correct engine would have refused
+loss, loss_engine = None, None  # the pending forward's loss, and the engine that ran it
+
+
+def trainable(module):
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def root_engine():
+    return next((engine for engine, target, _ in live if target is model), None)
+'''
+
+_SEEDED_BATCH = '''
+_MASK64 = (1 << 64) - 1
+
+
+{derive_seed}
+
+
+def batch(op_index, stream):
+    """(input, target) of an op on this rank: pure functions of the seed, as in the replay."""
+    generator = torch.Generator()
+    generator.manual_seed(derive_seed(SEED, op_index, RANK, stream))
+    return (torch.randn((BATCH, FEATURES), generator=generator),
+            torch.randn((BATCH, FEATURES), generator=generator))
+
+
+def run_forward(x, route):
+    """Through the engine that manages the root, else through the user's own model."""
+    engine = root_engine()
+    if engine is None:
+        first = next(model.parameters(), None)
+        if first is not None:
+            x = x.to(first.device)  # an engine may have moved the model
+        return model({route_args})
+    device = getattr(engine, "device", None)
+    if device is not None:
+        x = x.to(device)
+    return engine({route_args})
+'''
+
+_INITIALIZE = '''
+{fingerprint}
+
+
+{token}
+
+
+{fingerprint_changes}
+
+
+def refusal_reason(target, optimizer):
+    """Why a correct engine must refuse to initialize `target` with `optimizer`, or None."""
+    managed = {{id(m) for _, managed_target, _ in live for m in managed_target.modules()}}
+    if any(id(m) in managed for m in target.modules()):
+        return "a live engine already manages the target or one of its modules"
+    if optimizer is not None and any(optimizer is o for _, _, o in live):
+        return "the optimizer already belongs to a live engine"
+    return None
+
+
+def initialize(op_index, target, optimizer):
+    """deepspeed.initialize; a repeat over a managed module or optimizer must be refused (I5)."""
+    why = refusal_reason(target, optimizer)
+    if why is None:
+        try:
+            engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer,
+                                                   config=copy.deepcopy(CONFIG))
+        except ERRORS as e:
+            return op_failed(op_index, "initialize", e)
+        live.append((engine, target, optimizer))
+        return
+    optimizers = [user_optimizer, optimizer] + [o for _, _, o in live]
+    before = fingerprint(model, optimizers)
+    refusal = None
+    try:
+        engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer,
+                                               config=copy.deepcopy(CONFIG))
+        accepted_repeats.append(engine)
+        fail("I5", op_index, None, "refused", "accepted",
+             f"a repeated initialize was accepted ({{why}}); it must be refused")
+    except ERRORS as e:
+        refusal = e
+        if not (isinstance(e, ({refusal_types})) and re.search({refusal_pattern!r}, str(e), re.I)):
+            fail("I5", op_index, None, "an error saying {refusal_text!r}",
+                 type(e).__name__, f"a repeated initialize ({{why}}) failed with an error "
+                 f"that is not a refusal: {{type(e).__name__}}: {{e}}")
+    changes = fingerprint_changes(before, fingerprint(model, optimizers))
+    if changes:
+        state = "accepted" if refusal is None else "refused"
+        fail("I5", op_index, None, "nothing changed", f"{{len(changes)}} change(s)",
+             f"the {{state}} repeated initialize changed {{len(changes)}} thing(s) in the model "
+             f"or optimizers, e.g. {{changes[0]}}")
+    # Training must still run: a forward without gradients changes no state.
+    x, _ = batch(op_index, stream=1)
+    try:
+        with torch.no_grad():
+            run_forward(x, RouteCursor([]))
+    except ERRORS as e:
+        state = "repeated" if refusal is None else "rejected"
+        fail("I5", op_index, f"training still runs after a {{state}} initialize", "forward runs",
+             "raised", f"training no longer runs after a {{state}} initialize: "
+             f"{{type(e).__name__}}: {{e}}")
+'''
+
+_OPERATIONS = {
+    "forward": '''
+def forward(op_index, route):
+    """A training forward, and its mse loss against a fixed random target."""
+    global loss, loss_engine
+    x, y = batch(op_index, stream=0)
+    loss = None
+    try:
+        out = run_forward(x, RouteCursor(route))
+        loss = F.mse_loss(out, y.to(out.device))
+    except ERRORS as e:
+        return op_failed(op_index, "forward", e)
+    engine = root_engine()
+    loss_engine = engine if engine is not None else (live[0][0] if live else None)
+''',
+    "backward": '''
+def backward(op_index):
+    """Back-propagates the pending loss through the engine that ran the forward."""
+    global loss
+    if loss is None:
+        return skipped(op_index, "no forward since the last backward")
+    pending, loss = loss, None
+    try:
+        if any(loss_engine is engine for engine, _, _ in live):
+            loss_engine.backward(pending)
+        else:
+            pending.backward()
+    except ERRORS as e:
+        op_failed(op_index, "backward", e)
+''',
+    "step": '''
+def step(op_index):
+    """engine.step() on every live engine."""
+    if not live:
+        return skipped(op_index, "no engine")
+    for engine, _, _ in list(live):
+        try:
+            engine.step()
+        except ERRORS as e:
+            op_failed(op_index, "step", e)
+''',
+    "zero_grad": '''
+def zero_grad(op_index):
+    """engine.zero_grad() on every live engine."""
+    if not live:
+        return skipped(op_index, "no engine")
+    for engine, _, _ in list(live):
+        try:
+            engine.zero_grad()
+        except ERRORS as e:
+            op_failed(op_index, "zero_grad", e)
+''',
+    "release": '''
+def release(op_index, op):
+    """Drops every engine: engine.destroy(), where this DeepSpeed has it."""
+    global loss_engine
+    if not live and not accepted_repeats:
+        return skipped(op_index, "no engine")
+    for engine in [e for e, _, _ in live] + accepted_repeats:
+        try:
+            destroy = getattr(engine, "destroy", None)
+            if callable(destroy):
+                destroy()
+        except ERRORS as e:
+            op_failed(op_index, op, e)
+    live.clear()
+    accepted_repeats.clear()
+    loss_engine = None
+''',
+}
+
+
+def _operation_helpers(plan):
+    used = {op.op for op in plan.scenario.ops}
+    if "destroy" in used:
+        used.add("release")
+    parts = [_STATE]
+    if used & {"initialize", "forward"}:
+        parts.append(_SEEDED_BATCH.format(
+            derive_seed=inspect.getsource(replay.derive_seed).strip("\n"),
+            route_args="x, route" if plan.root_takes_route else "x"))
+    if "initialize" in used:
+        parts.append(_INITIALIZE.format(
+            fingerprint=inspect.getsource(oracles.fingerprint).strip("\n"),
+            token=inspect.getsource(oracles._token).strip("\n"),
+            fingerprint_changes=inspect.getsource(oracles.fingerprint_changes).strip("\n"),
+            refusal_text=REFUSAL_TEXT, refusal_pattern=REFUSAL_PATTERN,
+            refusal_types=", ".join(t.__name__ for t in REFUSAL_TYPES)))
+        used.add("release")  # teardown drops the engines left
+    parts += [_OPERATIONS[op] for op in _OPERATIONS if op in used]
+    checks = ["check_user_attrs(op_index)"]
+    if plan.placement.kind != "none":
+        checks.append("check_placement(op_index)")
+    parts.append("\ndef check(op_index):\n"
+                 '    """The invariants, after the build (op_index None) and after every op."""\n'
+                 + "".join(f"    {c}\n" for c in checks))
+    return "\n\n\n".join(p.strip("\n") for p in parts)
+
+
+def _constructor(plan, node):
+    children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
+    return {
+        "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
+        "LayerNorm": "nn.LayerNorm(FEATURES)",
+        "Tanh": "nn.Tanh()",
+        "Offset": f"OffsetNode({tuple(node.shape)!r})",
+        "Expert": "ExpertNode(FEATURES)",
+        "Sequential": f"SequentialNode({children})",
+        "ModuleList": f"ModuleListNode({children})",
+        "MoE": f"MoENode({children})",
+    }[node.kind]
+
+
+def _build(plan):
+    s, built = plan.scenario, plan.built
+    lines = [_rule("the scenario"), "",
+             "# The model, one variable per node; a node listed twice is one shared (tied) module."]
+    for index in sorted(built.nodes, reverse=True):  # children have larger indices
+        node = s.tree[index]
+        lines.append(f"n{index} = {_constructor(plan, node)}")
+        lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
+    lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
+    lines += ["model = n0", "generator = torch.Generator()", "generator.manual_seed(SEED)",
+              "bound = 1.0 / math.sqrt(FEATURES)", "with torch.no_grad():",
+              "    for param in model.parameters():",
+              "        param.uniform_(-bound, bound, generator=generator)", "",
+              "# The user's attributes, and what the user expects to read back: user_attrs[module "
+              "path,", "# parameter name or \"\", attribute name]."]
+    lines.append("user_attrs = {}")
+    for index in sorted(built.nodes):
+        node, module = s.tree[index], built.nodes[index]
+        owners = [("", module, ObjectKey(built.path_of(module), ""), node.attrs)]
+        for pname, entries in node.param_attrs.items():
+            param = module.get_parameter(pname)
+            owners.append((pname, param, ObjectKey(*built.param_key(param)), entries))
+        for pname, obj, key, entries in owners:
+            obj_source = f"n{index}" + (f".{pname}" if pname else "")
+            for entry in entries:
+                write = f"setattr({obj_source}, {entry.name!r}, {_value_source(entry.value)})"
+                reason = plan.skip_reason(obj, key, entry.name)
+                if reason:
+                    lines.append(_comment(f"skipped {write}: {reason}"))
+                    continue
+                lines += [write, f"user_attrs[{_key_source(key)}, {entry.name!r}] = "
+                                 f"{_value_source(entry.value)}"]
+    if any(p.requires_grad for p in built.root.parameters()):
+        opt = "Adam" if s.optimizer == "adam" else "SGD"
+        lines.append(f"user_optimizer = torch.optim.{opt}(trainable(model), lr={s.lr!r})")
+    else:
+        lines.append("user_optimizer = None  # the model has no trainable parameters")
+    lines += _placement_setup(plan)
+    lines += ["", "check(None)"]
+    return "\n".join(lines)
+
+
+def _placement_setup(plan):
+    policy, built = plan.placement, plan.built
+    if policy.kind == "attr_mod":
+        lines = ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
+                     f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}", "placed = {"]
+        lines += [f"    {path!r}: {plan.module_source(path)}," for path in built.expert_paths]
+        return lines + ["}"]
+    if policy.kind == "map":
+        lines = ["", "# I2: the placement map, and the module the user placed at each path."]
+        entries = []
+        for path, rank in policy.owners.items():
+            try:
+                entries.append((path, rank, plan.module_source(path)))
+            except AttributeError:  # get_submodule's answer for a missing path
+                lines.append(_comment(f"skipped placement.owners[{path!r}]: no module at path "
+                                      f"{path!r}"))
+        lines.append("OWNERS = {" + ", ".join(f"{p!r}: {r}" for p, r, _ in entries) + "}")
+        lines += ["placed = {"] + [f"    {p!r}: {v}," for p, _, v in entries] + ["}"]
+        return lines
+    return []
+
+
+def _operations(plan):
+    s = plan.scenario
+    lines = []
+    opt_name = "Adam" if s.optimizer == "adam" else "SGD"
+    has_trainable = any(p.requires_grad for p in plan.built.root.parameters())
+    user_optimizer = object() if has_trainable else None
+    # What a correct engine would refuse: module ids (the tree keeps them alive), and optimizer
+    # tokens themselves (a dropped token's id could come back for the next fresh optimizer).
+    managed_modules, managed_optimizers = set(), set()
+    for i, op in enumerate(s.ops):
+        lines.append("")
+        if op.op == "initialize":
+            lines += _initialize_block(plan, i, op, opt_name, user_optimizer, managed_modules,
+                                       managed_optimizers)
+        elif op.op == "forward":
+            lines += [f"# op {i}: forward route={op.route}", f"forward({i}, {op.route!r})"]
+        elif op.op in ("backward", "step", "zero_grad"):
+            lines += [f"# op {i}: {op.op}", f"{op.op}({i})"]
+        elif op.op in ("release", "destroy"):
+            lines += [f"# op {i}: {op.op}", f"release({i}, {op.op!r})"]
+            managed_modules.clear()
+            managed_optimizers.clear()
+        elif op.op in ("set_attr", "del_attr"):
+            lines += _write_block(plan, i, op)
+        else:
+            lines.append(f"# op {i}: {op.op}: not replayed (sharded checkpoints are "
+                         f"engine-specific)")
+        lines.append(f"check({i})")
+    if "initialize" in {op.op for op in s.ops}:
+        lines += ["", "# teardown: drop the engines still live",
+                  "if live or accepted_repeats:", "    release(None, \"teardown\")"]
+    return "\n".join(lines)
+
+
+def _initialize_block(plan, i, op, opt_name, user_optimizer, managed_modules, managed_optimizers):
+    what = "the root" if op.target == "" else f"module {op.target!r}"
+    try:
+        target = plan.built.root.get_submodule(op.target)
+    except Exception:
+        return [_comment(f"op {i}: initialize {what}: skipped, no module at this path")]
+    trainable = [p for p in target.parameters() if p.requires_grad]
+    if op.optimizer == "fresh" and not trainable:
+        return [_comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
+                         f"trainable parameters")]
+    optimizer = user_optimizer if op.optimizer == "same" else object()
+    lines = [_comment(f"op {i}: initialize {what} with " + (
+        "the user's optimizer" if op.optimizer == "same"
+        else f"a fresh {opt_name} over its trainable parameters"))]
+    if any(id(m) in managed_modules for m in target.modules()):
+        lines.append("#   a live engine already manages it or one of its modules: must be refused")
+    elif optimizer is not None and optimizer in managed_optimizers:
+        lines.append("#   the optimizer already belongs to a live engine: must be refused")
+    else:
+        managed_modules.update(id(m) for m in target.modules())
+        if optimizer is not None:
+            managed_optimizers.add(optimizer)
+    target_source = _module_source(op.target)
+    if op.optimizer == "same":
+        return lines + [f"initialize({i}, {target_source}, user_optimizer)"]
+    if target_source != "model":
+        lines.append(f"target = {target_source}")
+        target_source = "target"
+    return lines + [f"initialize({i}, {target_source}, torch.optim.{opt_name}("
+                    f"trainable({target_source}), lr={plan.scenario.lr!r}))"]
+
+
+def _write_block(plan, i, op):
+    where = ObjectKey(op.module, op.param).describe()
+    reason, key = plan.write_skip_reason(op.module, op.param, op.name)
+    if reason:
+        return [_comment(f"op {i}: {op.op} {op.name!r} on {where}: skipped, {reason}")]
+    obj = _object_source(op.module, op.param)
+    user_key = f"user_attrs[{_key_source(key)}, {op.name!r}]"
+    if op.op == "set_attr":
+        return [_comment(f"op {i}: set_attr {op.name!r} on {where}"), "try:",
+                f"    setattr({obj}, {op.name!r}, {_value_source(op.value)})",
+                f"    {user_key} = {_value_source(op.value)}",
+                "except ERRORS as e:", f"    write_failed({i}, {op.name!r}, e)"]
+    return [_comment(f"op {i}: del_attr {op.name!r} on {where}"), "try:",
+            f"    delattr({obj}, {op.name!r})", f"    {user_key} = ABSENT",
+            "except AttributeError:", f"    skipped({i}, \"nothing to delete\")",
+            "except ERRORS as e:", f"    write_failed({i}, {op.name!r}, e)"]
+
+
+_EXIT = '''
+
+def finish(code):
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Skip torch.distributed's teardown at interpreter exit: it aborts (SIGABRT) when the
+        # other rank has already gone, and the exit code must be the verdict's.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+'''
+
+
+def _verdict(target):
+    invariant = target["invariant"]
+    if invariant in ("crash", "hang"):
+        return (_rule("verdict") + "\n\n"
+                f"# The target is a {invariant}: reaching this line means every step finished.\n"
+                f'print(f"{{PREFIX}}NOT REPRODUCED {{SIGNATURE}}: every step finished")\n'
+                + _EXIT + "finish(0)")
+    conditions = [f"invariant == {invariant!r}"]
+    if target.get("attribute") is not None:
+        conditions.append(f"attribute == {target['attribute']!r}")
+    if invariant == "op" and target.get("exception_type"):
+        conditions.append(f"actual == {target['exception_type']!r}")
+    if invariant == "I5" and target.get("i5_expected"):  # accepted / wrong error / changed
+        conditions.append(f"expected.startswith({target['i5_expected']!r})")
+    return _rule("verdict") + _EXIT + f'''def is_target(failure):
+    invariant, op_index, attribute, expected, actual, text = failure
+    return {" and ".join(conditions)}
+
+
+matches = [f for f in failures if is_target(f)]
+if matches:
+    _, op_index, _, expected, actual, text = matches[0]
+    where = "build/teardown" if op_index is None else f"op {{op_index}}"
+    print(f"{{PREFIX}}REPRODUCED {{SIGNATURE}}: expected {{expected}}, got {{actual}} ({{where}}: "
+          f"{{text}})")
+    finish(1)
+print(f"{{PREFIX}}NOT REPRODUCED {{SIGNATURE}}")
+finish(0)'''

@@ -1,0 +1,69 @@
+"""Finding signatures: one string per distinct bug, stable across runs and DeepSpeed versions.
+
+A signature is built from what identifies a bug, never from what varies between runs: the
+invariant, the operation kind, the attribute name (and whether it sat on a module or a
+parameter), the node kind, and for exceptions the type with a normalised message (numbers,
+addresses, paths and quoted values replaced by placeholders). Scenario names, op indices,
+module paths, ranks and values are left out: the same bug found in two scenarios, or in two
+DeepSpeed versions whose messages differ only in a line number, has one signature.
+"""
+
+import hashlib
+import re
+
+_MAX_MESSAGE = 120
+
+_NORMALISE = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "ADDR"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+-]+){2,}/?"), "PATH"),
+    (re.compile(r"\btorch\.Size\(\[[^\]]*\]\)"), "SIZE"),
+    (re.compile(r"[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b"), "N"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def normalise_exception(text):
+    """'IndexError: list index 3 out of range' -> 'IndexError: list index N out of range'."""
+    if not text:
+        return ""
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    # A traceback ends with the exception line; a plain "Type: message" is one line.
+    line = lines[-1] if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "")
+    for pattern, placeholder in _NORMALISE:
+        line = pattern.sub(placeholder, line)
+    line = line.strip()
+    return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE] + "…"
+
+
+def signature(finding):
+    """Returns the signature of a finding (a dict as verdict files hold them)."""
+    invariant = finding.get("invariant", "")
+    op = finding.get("op") or "build"
+    kind = finding.get("node_kind")
+    where = f" on {kind} {'parameter' if finding.get('param') else 'module'}" if kind else ""
+    attribute = finding.get("attribute")
+    exception = normalise_exception(finding.get("exception"))
+    if invariant in ("crash", "hang"):
+        detail = finding.get("actual") or ""
+        return f"{invariant} in {op}" + (f": {detail}" if detail else "")
+    if invariant == "I1":
+        text = f"I1 {op}: attribute {attribute!r}{where} not the user's"
+        return text + (f" ({exception})" if exception else "")
+    if invariant == "I2":
+        by = f"by {attribute!r}" if attribute else "by map"
+        return f"I2 {op}: placement {by}{where} changed"
+    if invariant == "I5":
+        if attribute:  # "training still runs after a ... initialize"
+            return f"I5 {op}: not true that {attribute}: {exception}"
+        if exception:
+            return f"I5 {op}: repeated initialize failed, not refused: {exception}"
+        if finding.get("actual") == "accepted":
+            return f"I5 {op}: repeated initialize accepted"
+        return f"I5 {op}: repeated initialize changed the model or optimizers"
+    return f"{invariant} {op}: {exception or finding.get('message', '')}"
+
+
+def slug(text):
+    """A file name for a signature: readable prefix plus a hash that keeps them apart."""
+    readable = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:60].strip("-")
+    return f"{readable}-{hashlib.sha1(text.encode('utf-8')).hexdigest()[:8]}"

@@ -1,0 +1,219 @@
+"""The upstream regression suite: `python3 -m zerocheck_ds suite --scenarios PATH... --out DIR`.
+
+A supervisor: it never imports torch or DeepSpeed itself. It replays every scenario on a pool of
+rank processes (pool.py) that is reused while healthy, so DeepSpeed is imported once per batch;
+a rank that crashes or a scenario that hangs gets its verdict and the run goes on on fresh
+ranks. Afterwards findings are grouped by signature, compared with `--baseline`, shrunk to a
+minimal scenario and a standalone script with `--shrink`, and written up in DIR/report.md and
+DIR/summary.json.
+
+Exit codes: 0 nothing found (with --baseline: nothing new), 1 a finding (with --baseline: a new
+signature), 2 bad usage or input, or the ranks could not be started at all. Ctrl-C stops every
+rank, writes what is done so far and exits 130.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+from . import ADAPTER_NAMES, baseline as baseline_module, deepspeed_tree, report
+from .outcomes import outcome_findings, raising_steps, skipped_of, verdict
+from .pool import PoolStartError, RankPool
+from .runner import UsageError, load_all, scenario_files
+from .verdict import write_json
+
+PROG = "zerocheck_ds suite"
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Replay scenarios on an upstream engine on supervised rank "
+                               "processes; group, baseline and shrink what they find.",
+        epilog="exit codes: 0 nothing found (or nothing new against --baseline), 1 a finding "
+               "(or a new one), 2 bad usage or input")
+    p.add_argument("--scenarios", nargs="+", required=True, metavar="PATH",
+                   help="scenario files, or folders of *.json scenario files")
+    p.add_argument("--out", required=True, metavar="DIR", help="verdicts, logs, report")
+    p.add_argument("--adapter", choices=ADAPTER_NAMES, default="deepspeed")
+    p.add_argument("--world", type=int, default=1, help="ranks (processes on loopback), 1..8")
+    p.add_argument("--deepspeed-tree", metavar="DIR",
+                   help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
+                        "default: the DeepSpeed installed for this Python")
+    p.add_argument("--shims", metavar="DIR", help="put on PYTHONPATH before the tree "
+                   "(default: the tree's ../shims when it exists)")
+    p.add_argument("--scenario-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="a scenario running longer is a hang (default 120)")
+    p.add_argument("--batch", type=int, default=50, metavar="N",
+                   help="scenarios per start of the ranks while healthy (1: one launch per "
+                        "scenario; default 50)")
+    p.add_argument("--baseline", metavar="DIR", help="an earlier --out: report fixed / new / "
+                   "unchanged signatures and exit 1 only for new ones")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink one scenario per signature and write repro/<signature>.py")
+    p.add_argument("--shrink-seconds", type=float, default=300.0, metavar="SECONDS",
+                   help="time budget per signature (default 300)")
+    p.add_argument("--replay-command", default="", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    args = p.parse_args(argv)
+    if not 1 <= args.world <= 8:
+        p.error("--world must be in 1..8")
+    if args.batch < 1 or args.scenario_timeout <= 0 or args.shrink_seconds <= 0:
+        p.error("--batch, --scenario-timeout and --shrink-seconds must be positive")
+    return args
+
+
+class Supervisor:
+    """Pools by world size (shrinking may try world 1), and one call to replay a scenario."""
+
+    def __init__(self, args, env, cwd, log):
+        self._args, self._env, self._cwd, self.log = args, env, cwd, log
+        self.cwd = cwd
+        self._pools = {}
+        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter]
+        self._command = command
+        self.version = None
+
+    def pool(self, world_size):
+        if world_size not in self._pools:
+            logs = os.path.join(self._args.out, "logs" if world_size == self._args.world
+                                else f"logs-world{world_size}")
+            self._pools[world_size] = RankPool(world_size, self._command, self._env, self._cwd,
+                                               logs)
+        return self._pools[world_size]
+
+    def replay(self, name, path, world_size):
+        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones."""
+        pool = self.pool(world_size)
+        if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
+            pool.stop(grace=5)
+        reused = pool.running
+        outcome = pool.run(name, path, self._args.scenario_timeout)
+        self.version = self.version or pool.version
+        notes = []
+        if outcome.kind in ("crash", "hang") and reused:
+            # The previous scenario may have left the ranks broken: judge this one alone.
+            first = outcome
+            outcome = pool.run(name, path, self._args.scenario_timeout)
+            notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
+                         f"rerun on fresh ranks: {outcome.kind}")
+        if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
+            pool.stop()  # the ranks raised at different steps: collectives may be out of step
+            notes.append("the ranks raised at different steps; they were restarted")
+        return outcome, notes
+
+    def starts(self):
+        return sum(p.starts for p in self._pools.values())
+
+    def stop(self):
+        for pool in self._pools.values():
+            pool.stop(grace=5)
+
+
+def _environment(args):
+    env = dict(os.environ)
+    extra = [PACKAGE_ROOT]
+    args.script_environment = {}
+    cwd = None
+    if args.deepspeed_tree:
+        staged = deepspeed_tree.stage(args.deepspeed_tree,
+                                      os.path.join(args.out, "deepspeed-tree"))
+        shims = args.shims or deepspeed_tree.default_shims(args.deepspeed_tree)
+        tree_env = deepspeed_tree.environment(staged, shims)
+        extra.append(tree_env.pop("PYTHONPATH"))
+        env.update(tree_env)
+        args.script_environment = deepspeed_tree.environment(staged, shims)
+        cwd = staged
+    elif args.shims:
+        extra.append(args.shims)
+    if env.get("PYTHONPATH"):
+        extra.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(extra)
+    return env, cwd
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv):
+    args = parse_args(argv)
+    args.out = os.path.abspath(args.out)
+    log = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (
+        lambda text: print(text, flush=True))
+    try:
+        files = scenario_files(args.scenarios)
+        scenarios = load_all(files)
+        previous = baseline_module.load(args.baseline) if args.baseline else None
+        os.makedirs(os.path.join(args.out, "verdicts"), exist_ok=True)
+        env, cwd = _environment(args)
+    except (UsageError, baseline_module.BaselineError, deepspeed_tree.TreeError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, _interrupt)
+    supervisor = Supervisor(args, env, cwd, log)
+    run = report.Run(args=args, files=dict(zip((s.name for s in scenarios), map(os.path.abspath, files))))
+    try:
+        status = _replay_all(supervisor, scenarios, run)
+        if status is not None:
+            return status
+        run.finish(supervisor.version, supervisor.starts())
+        if previous is not None:
+            run.baseline = baseline_module.compare(previous, run.summary())
+        if args.shrink:
+            from .minimise import minimise_all
+            minimise_all(supervisor, run)
+    except KeyboardInterrupt:
+        run.interrupted = True
+        log(f"{PROG}: interrupted; stopping the ranks and writing what is done")
+    finally:
+        supervisor.stop()
+    if not run.finished:
+        run.finish(supervisor.version, supervisor.starts())
+    summary = run.summary()
+    write_json(os.path.join(args.out, "summary.json"), summary)
+    report.write_markdown(os.path.join(args.out, "report.md"), run)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        for line in report.screen(run):
+            print(line)
+    if run.interrupted:
+        return EXIT_INTERRUPTED
+    if run.baseline is not None:
+        return EXIT_FINDING if run.baseline["new"] else EXIT_OK
+    return EXIT_FINDING if run.signature_counts() else EXIT_OK
+
+
+def _replay_all(supervisor, scenarios, run):
+    """Replays every scenario; returns an exit code only when the ranks never started."""
+    args, log = run.args, supervisor.log
+    log(f"{PROG}: {len(scenarios)} scenario(s), adapter {args.adapter}, world {args.world}, "
+        f"timeout {args.scenario_timeout:g} s, logs in {os.path.join(args.out, 'logs')}")
+    for i, scenario in enumerate(scenarios, 1):
+        path = run.files[scenario.name]
+        try:
+            outcome, notes = supervisor.replay(scenario.name, os.path.abspath(path), args.world)
+        except PoolStartError as e:
+            if not run.verdicts:
+                print(f"{PROG}: error: the ranks could not start ({args.adapter} adapter, "
+                      f"{sys.executable}): {e}", file=sys.stderr)
+                return EXIT_USAGE
+            # They started before: a rank start that fails now is this scenario's crash.
+            outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
+        findings = outcome_findings(outcome, args.scenario_timeout)
+        result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
+                         skipped_of(outcome), notes)
+        write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
+        run.add(result)
+        log(report.progress_line(i, len(scenarios), result))
+    return None
+
+
+def _start_failure(error):
+    from .pool import Outcome
+    return Outcome("crash", last_steps=[], rank=0, how=f"could not start: {error}")

@@ -1,0 +1,104 @@
+"""One rank of a supervised batch: `python3 -m zerocheck_ds worker --adapter NAME`.
+
+Started by the supervisor (pool.py) with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set, stdout and
+stderr going to this rank's log file. It imports the adapter (DeepSpeed) and joins the process
+group once, then replays the scenarios the supervisor sends, one JSON line each on stdin, until
+stdin closes. Everything it tells the supervisor goes through the file descriptor named by
+ZEROCHECK_DS_REPLY_FD, one JSON object per line, never through stdout (which DeepSpeed's logs
+share):
+
+    {"ready": true, "version": "...", "pid": N}     joined the group, waiting for work
+    {"error": "..."}                                could not start (the process then exits 2)
+    {"at": NAME, "op_index": I, "op": "forward"}    heartbeat: about to run this step
+    {"done": NAME, "findings": [...], "skipped": [...]}
+
+ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
+survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
+first operation.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+from . import ADAPTER_NAMES
+from .scenario import load_scenario
+
+REPLY_FD_VARIABLE = "ZEROCHECK_DS_REPLY_FD"
+INJECT_VARIABLE = "ZEROCHECK_DS_INJECT"
+
+
+class _Replies:
+    def __init__(self, fd):
+        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+    def send(self, **message):
+        self._out.write(json.dumps(message, default=str) + "\n")
+
+
+def _injection(rank):
+    """Returns {scenario name: "crash" or "hang"} planted for this rank."""
+    planted = {}
+    for item in filter(None, os.environ.get(INJECT_VARIABLE, "").split(",")):
+        what, _, rest = item.partition(":")
+        name, _, target_rank = rest.rpartition(":")
+        if what in ("crash", "hang") and name and target_rank == str(rank):
+            planted[name] = what
+    return planted
+
+
+def _observer(replies, name, planted):
+    def observe(index, op):
+        replies.send(at=name, op_index=index, op=op)
+        if index is not None and planted.get(name) == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if index is not None and planted.get(name) == "hang":
+            while True:
+                time.sleep(3600)
+    return observe
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="zerocheck_ds worker")
+    parser.add_argument("--adapter", choices=ADAPTER_NAMES, required=True)
+    args = parser.parse_args(argv)
+    replies = _Replies(int(os.environ[REPLY_FD_VARIABLE]))
+
+    from . import world as world_module
+    from .adapters import AdapterUnavailable, make_adapter
+    try:
+        world = world_module.from_environment()
+        adapter = make_adapter(args.adapter)
+        world_module.start(world, adapter.needs_process_group(world.world_size))
+    except (world_module.WorldError, AdapterUnavailable) as e:
+        replies.send(error=str(e))
+        return 2
+    except Exception as e:  # noqa: BLE001 - joining the group failed (port taken, peer gone)
+        replies.send(error=f"cannot start torch.distributed: {type(e).__name__}: {e}")
+        return 2
+    replies.send(ready=True, version=adapter.version(), pid=os.getpid())
+    planted = _injection(world.rank)
+
+    from .replay import Replay, ReplayResult
+    from .verdict import Finding
+    for line in sys.stdin:
+        job = json.loads(line)
+        name = job["name"]
+        try:
+            scenario = load_scenario(job["path"])
+            result = Replay(scenario, adapter, world.rank, world.world_size,
+                            observer=_observer(replies, name, planted)).run()
+        except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
+            result = ReplayResult(findings=[Finding(
+                invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
+                message=f"the replay stopped: {type(e).__name__}: {e}")])
+        replies.send(done=name, findings=[vars(f) for f in result.findings],
+                     skipped=result.skipped)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    world_module.stop(world)
+    return 0

@@ -1,0 +1,189 @@
+"""ctest `upstream_suite_deepspeed` (label upstream): the regression suite on a real DeepSpeed.
+
+    upstream_suite_test.py ZEROCHECK PYTHON TREE WORKDIR
+
+TREE is DeepSpeed's own source (../shared/deepspeed/v0.14.5). Three runs of `zerocheck upstream`
+at world 2, each checked from the files it writes:
+  1. the unmodified tree on a fixed-seed export (the seed bug and a zero-size parameter among
+     them): every scenario has a verdict; the seed bug shows I1 on `id` and I2; the zero-size
+     parameter's failure is reported;
+  2. a patched copy (DeepSpeed's module counter written as `ds_id` instead of `id`, and read
+     back from there) with --baseline run 1: the `id` findings are fixed, the `ds_id` ones are
+     new, and the exit code is 1 because something is new;
+  3. three scenarios with a rank crash (SIGSEGV) and a hang planted: each gets its finding,
+     and the scenario after them still gets an ordinary verdict;
+  4. --shrink on the zero-size parameter's scenario: every signature gets a minimal scenario
+     and a standalone script that reproduces it on the tree and not on plain PyTorch.
+Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to import fails.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+CASES = 8  # + the dictionary, seed-bug and zero-size scenarios: 15 in all
+DS_ID_USER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "deepspeed",
+                          "tests", "fixtures", "upstream", "ds_id_experts.json")
+
+
+def fail(message):
+    print(f"FAIL: {message}")
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+    print(f"ok: {message}")
+
+
+def run(zerocheck, args, expect, env=None):
+    command = [zerocheck, "upstream", *args]
+    print("$", " ".join(command), flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+    if done.returncode != expect:
+        fail(f"exit code {done.returncode}, expected {expect}")
+    return done
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def verdicts(out):
+    folder = os.path.join(out, "verdicts")
+    return {name[: -len(".verdict.json")]: read(os.path.join(folder, name))
+            for name in os.listdir(folder) if name.endswith(".verdict.json")}
+
+
+def signatures(verdict):
+    return {f["signature"] for f in verdict["findings"]}
+
+
+def patched_copy(tree, destination):
+    """DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it."""
+    shutil.copytree(tree, destination)
+    for root, dirs, files in os.walk(destination):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    for relative in ("deepspeed/runtime/zero/parameter_offload.py",
+                     "deepspeed/runtime/zero/partitioned_param_coordinator.py",
+                     "deepspeed/utils/debug.py"):
+        path = os.path.join(destination, relative)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        patched, count = re.subn(r"(?<=[\w\]])\.id\b", ".ds_id", text)
+        check(count > 0, f"patched {count} module-id uses in {relative}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(patched)
+
+
+def main():
+    zerocheck, python, tree, work = sys.argv[1:5]
+    if not os.path.isdir(tree):
+        print(f"SKIPPED: no DeepSpeed source tree at {tree}")
+        return SKIP
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    common = ["--python", python, "--world", "2", "--scenario-timeout", "60"]
+
+    # 1. The unmodified tree, on the export plus a user who placed experts by their own `ds_id`.
+    export = os.path.join(work, "export")
+    subprocess.run([zerocheck, "export", "--cases", str(CASES), "--seed", "5", "--world", "2",
+                    "--out", export], check=True)
+    scenarios = [os.path.join(export, "scenarios"), DS_ID_USER]
+    exported = sorted(n[:-5] for n in os.listdir(scenarios[0]))
+    base = os.path.join(work, "base")
+    run(zerocheck, common + ["--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", base],
+        expect=1)
+    found = verdicts(base)
+    check(len(exported) >= 12, f"{len(exported)} scenarios exported")
+    check(sorted(found) == sorted(exported + ["ds_id_experts"]), "every scenario has a verdict")
+    check(not any("'ds_id' on Expert module" in s for s in signatures(found["ds_id_experts"])),
+          "0.14.5 leaves a user's module attribute `ds_id` alone")
+    check(all(v["outcome"] in ("ok", "findings") for v in found.values()),
+          "no crash or hang on the unmodified tree")
+    seed = signatures(found["seed-bug"])
+    check(any(s.startswith("I1 ") and "'id' on Expert module" in s for s in seed),
+          "seed bug: I1 on the experts' `id`")
+    check(any(s.startswith("I2 ") and "by 'id'" in s for s in seed),
+          "seed bug: I2, experts moved by `id`")
+    zero = found["zero-size-param"]
+    check(any(f["invariant"] == "op" and "NOT_AVAILABLE" in (f["exception"] or "")
+              for f in zero["findings"]),
+          "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion reported")
+    summary = read(os.path.join(base, "summary.json"))
+    check(summary["adapter_version"] == "0.14.5", "DeepSpeed 0.14.5 imported from the tree")
+    check(os.path.exists(os.path.join(base, "report.md")), "report.md written")
+
+    # 2. A patch that moves the counter to `ds_id`, judged against run 1.
+    # Beside a copy of the shims, where the suite looks for them (TREE/../shims).
+    patched_tree = os.path.join(work, "patched-tree", "deepspeed-ds-id")
+    patched_copy(tree, patched_tree)
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(tree)), "shims"),
+                    os.path.join(work, "patched-tree", "shims"))
+    patched = os.path.join(work, "patched")
+    run(zerocheck, common + ["--deepspeed-tree", patched_tree, "--out", patched,
+                             "--scenarios", *scenarios, "--baseline", base], expect=1)
+    comparison = read(os.path.join(patched, "summary.json"))["baseline"]
+    fixed = [e["signature"] for e in comparison["fixed"]]
+    new = [e["signature"] for e in comparison["new"]]
+    check(any("attribute 'id' on Expert module" in s for s in fixed), "the `id` findings are fixed")
+    check(any(s.startswith("I2 ") for s in fixed), "the placement finding is fixed")
+    check(any("attribute 'ds_id' on Expert module" in s for s in new),
+          "the user's `ds_id` on the experts overwritten: new")
+    left = new + [e["signature"] for e in comparison["unchanged"]]
+    check(not any("attribute 'id'" in s or "by 'id'" in s for s in left), "no `id` finding left")
+
+    # 3. A rank that crashes and a scenario that hangs: verdicts for both, and the run goes on.
+    chosen = [os.path.join(export, "scenarios", f"{n}.json") for n in exported[:3]]
+    injected = os.path.join(work, "injected")
+    env = dict(os.environ, ZEROCHECK_DS_INJECT=f"crash:{exported[0]}:1,hang:{exported[1]}:0")
+    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "20",
+                    "--deepspeed-tree", tree, "--out", injected, "--scenarios", *chosen],
+        expect=1, env=env)
+    found = verdicts(injected)
+    crash, hang, after = (found[n] for n in exported[:3])
+    check(crash["outcome"] == "crash" and "rank 1 died (SIGSEGV)" in crash["findings"][0]["message"],
+          f"planted SIGSEGV: {crash['findings'][0]['message']}")
+    check(hang["outcome"] == "hang" and "rank 0: op 0" in hang["findings"][0]["message"],
+          f"planted hang: {hang['findings'][0]['message']}")
+    check(after["outcome"] in ("ok", "findings"), "the scenario after them got its own verdict")
+    check(read(os.path.join(injected, "summary.json"))["rank_starts"] >= 3,
+          "the ranks were restarted after the crash and after the hang")
+    # 4. Shrinking the zero-size parameter's scenario to standalone scripts that reproduce on
+    #    DeepSpeed and not on plain PyTorch.
+    shrunk = os.path.join(work, "shrunk")
+    run(zerocheck, common + ["--deepspeed-tree", tree, "--out", shrunk, "--shrink",
+                             "--shrink-seconds", "40", "--scenarios",
+                             os.path.join(export, "scenarios", "zero-size-param.json")], expect=1)
+    groups = read(os.path.join(shrunk, "summary.json"))["signatures"]
+    check(groups and all(g["minimal"]["reproducible"] for g in groups),
+          f"{len(groups)} signature(s) shrunk")
+    for g in groups:
+        m = g["minimal"]
+        check(m["after"]["ops"] <= m["before"]["ops"] and m["after"]["modules"] <= 2,
+              f"{g['signature'][:60]}: {m['before']} -> {m['after']} in {m['seconds']} s")
+        script = subprocess.run(["bash", "-c", m["repro_command"]], capture_output=True,
+                                text=True, timeout=120)
+        check("REPRODUCED " + g["signature"] in script.stdout and
+              "NOT REPRODUCED" not in script.stdout,
+              f"its script reproduces it on DeepSpeed: {script.stdout.strip()[-200:]}")
+        plain = subprocess.run([python, m["repro"], "--plain"], capture_output=True, text=True,
+                               timeout=120)
+        check(plain.returncode == 0 and "NOT REPRODUCED" in plain.stdout,
+              "and passes on plain PyTorch (--plain)")
+    print("upstream suite on", tree, ": all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
