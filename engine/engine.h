@@ -39,6 +39,9 @@ struct EngineState;
 inline constexpr const char* kEngineOwner = "zero3-engine";
 
 struct EngineOptions {
+  EngineOptions() = default;
+  explicit EngineOptions(Fault planted) : fault(planted) {}
+
   Fault fault = Fault::none;  // a planted fault from the catalogue; none for the reference engine
   // Opt-in compatibility for code that reads upstream's `module.ds_id`: when non-empty, the
   // engine publishes each module's id under this name, through AttrDict::define, so a name the

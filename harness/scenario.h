@@ -76,6 +76,9 @@ enum class OpKind {
 const char* to_string(OpKind kind);
 
 struct Op {
+  Op() = default;
+  explicit Op(OpKind op_kind) : kind(op_kind) {}
+
   OpKind kind = OpKind::forward;
   // initialize: which optimizer ("same": the user's existing one, "fresh": a new one) and which
   // module ("" for the root, or a module path: a submodule).

@@ -33,11 +33,14 @@ TEST(PlacementGpu, PlacedParametersLiveOnTheOwnersDevice) {
     engine->step();
     table[comm.rank()] = engine->residency();
   });
-  for (int r = 0; r < world; ++r)
-    for (const auto& p : table[r])
-      if (p.path.find("experts.") != std::string::npos && p.param_elements > 0)
+  for (int r = 0; r < world; ++r) {
+    for (const auto& p : table[r]) {
+      if (p.path.find("experts.") != std::string::npos && p.param_elements > 0) {
         EXPECT_EQ(p.device, rank_device(r, torch::cuda::device_count() >= world ? 1 : world).str())
             << p.path << " on rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -114,8 +114,11 @@ TEST(Registry, RejectedInitializeLeavesTheFirstEngineTraining) {
     }
     EXPECT_FALSE(Registry::instance().is_managed(other.get()));
     EXPECT_TRUE(model->attrs() == user_attrs) << "a rejected initialize changed user attributes";
-    for (const auto& [path, module] : unique_modules(model))
-      if (!path.empty()) EXPECT_TRUE(module->attrs().empty()) << path;
+    for (const auto& [path, module] : unique_modules(model)) {
+      if (!path.empty()) {
+        EXPECT_TRUE(module->attrs().empty()) << path;
+      }
+    }
 
     train_step(*engine, spec, 1, comm.rank());
     train_step(*engine, spec, 2, comm.rank());

@@ -17,55 +17,13 @@ at world 2, each checked from the files it writes:
 Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to import fails.
 """
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 
-SKIP = 77
-CASES = 8  # + the dictionary, seed-bug and zero-size scenarios: 15 in all
-DS_ID_USER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "deepspeed",
-                          "tests", "fixtures", "upstream", "ds_id_experts.json")
-
-
-def fail(message):
-    print(f"FAIL: {message}")
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
-    print(f"ok: {message}")
-
-
-def run(zerocheck, args, expect, env=None):
-    command = [zerocheck, "upstream", *args]
-    print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
-    print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
-    if done.returncode != expect:
-        fail(f"exit code {done.returncode}, expected {expect}")
-    return done
-
-
-def read(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def verdicts(out):
-    folder = os.path.join(out, "verdicts")
-    return {name[: -len(".verdict.json")]: read(os.path.join(folder, name))
-            for name in os.listdir(folder) if name.endswith(".verdict.json")}
-
-
-def signatures(verdict):
-    return {f["signature"] for f in verdict["findings"]}
-
-
+from upstream_support import SKIP, check, export, read, run, signatures, verdicts
 def patched_copy(tree, destination):
     """DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it."""
     shutil.copytree(tree, destination)
@@ -96,11 +54,7 @@ def main():
     common = ["--python", python, "--world", "2", "--scenario-timeout", "60"]
 
     # 1. The unmodified tree, on the export plus a user who placed experts by their own `ds_id`.
-    export = os.path.join(work, "export")
-    subprocess.run([zerocheck, "export", "--cases", str(CASES), "--seed", "5", "--world", "2",
-                    "--out", export], check=True)
-    scenarios = [os.path.join(export, "scenarios"), DS_ID_USER]
-    exported = sorted(n[:-5] for n in os.listdir(scenarios[0]))
+    scenarios, exported = export(zerocheck, work)
     base = os.path.join(work, "base")
     run(zerocheck, common + ["--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", base],
         expect=1)
@@ -144,7 +98,7 @@ def main():
     check(not any("attribute 'id'" in s or "by 'id'" in s for s in left), "no `id` finding left")
 
     # 3. A rank that crashes and a scenario that hangs: verdicts for both, and the run goes on.
-    chosen = [os.path.join(export, "scenarios", f"{n}.json") for n in exported[:3]]
+    chosen = [os.path.join(scenarios[0], f"{n}.json") for n in exported[:3]]
     injected = os.path.join(work, "injected")
     env = dict(os.environ, ZEROCHECK_DS_INJECT=f"crash:{exported[0]}:1,hang:{exported[1]}:0")
     run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "20",
@@ -164,7 +118,7 @@ def main():
     shrunk = os.path.join(work, "shrunk")
     run(zerocheck, common + ["--deepspeed-tree", tree, "--out", shrunk, "--shrink",
                              "--shrink-seconds", "40", "--scenarios",
-                             os.path.join(export, "scenarios", "zero-size-param.json")], expect=1)
+                             os.path.join(scenarios[0], "zero-size-param.json")], expect=1)
     groups = read(os.path.join(shrunk, "summary.json"))["signatures"]
     check(groups and all(g["minimal"]["reproducible"] for g in groups),
           f"{len(groups)} signature(s) shrunk")

@@ -20,6 +20,10 @@ class Signatures(unittest.TestCase):
         self.assertEqual(a, b)
         self.assertEqual(a, "KeyError: N at ADDR in PATH")
 
+    def test_shapes_of_any_rank_are_one_shape(self):
+        self.assertEqual(normalise_exception("AssertionError: {'shape': (0,), 'ds_shape': (2, 0, 3)}"),
+                         normalise_exception("AssertionError: {'shape': (4, 0), 'ds_shape': (0,)}"))
+
     def test_a_traceback_is_judged_by_its_last_line(self):
         text = 'Traceback (most recent call last):\n  File "/a/b.py", line 3\nIndexError: list index out of range'
         self.assertEqual(normalise_exception(text), "IndexError: list index out of range")

@@ -102,8 +102,19 @@ class RankPool:
     def running(self):
         return bool(self._ranks)
 
-    def start(self):
-        """Starts the ranks and waits until all are ready. Raises PoolStartError."""
+    def start(self, attempts=3):
+        """Starts the ranks and waits until all are ready. Raises PoolStartError.
+
+        A port that another run took between our choice and rank 0's bind is retried on a new one.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once()
+            except PoolStartError as e:
+                if attempt == attempts or "address already in use" not in str(e).lower():
+                    raise
+
+    def _start_once(self):
         self.stop()
         self.starts += 1
         self.scenarios_on_these_ranks = 0

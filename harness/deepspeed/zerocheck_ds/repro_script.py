@@ -600,6 +600,19 @@ def initialize(op_index, target, optimizer):
              f"{{type(e).__name__}}: {{e}}")
 '''
 
+# step and zero_grad: the same call on every live engine.
+_EVERY_ENGINE = '''
+def {call}(op_index):
+    """engine.{call}() on every live engine."""
+    if not live:
+        return skipped(op_index, "no engine")
+    for engine, _, _ in list(live):
+        try:
+            engine.{call}()
+        except ERRORS as e:
+            op_failed(op_index, "{call}", e)
+'''
+
 _OPERATIONS = {
     "forward": '''
 def forward(op_index, route):
@@ -630,28 +643,8 @@ def backward(op_index):
     except ERRORS as e:
         op_failed(op_index, "backward", e)
 ''',
-    "step": '''
-def step(op_index):
-    """engine.step() on every live engine."""
-    if not live:
-        return skipped(op_index, "no engine")
-    for engine, _, _ in list(live):
-        try:
-            engine.step()
-        except ERRORS as e:
-            op_failed(op_index, "step", e)
-''',
-    "zero_grad": '''
-def zero_grad(op_index):
-    """engine.zero_grad() on every live engine."""
-    if not live:
-        return skipped(op_index, "no engine")
-    for engine, _, _ in list(live):
-        try:
-            engine.zero_grad()
-        except ERRORS as e:
-            op_failed(op_index, "zero_grad", e)
-''',
+    "step": _EVERY_ENGINE.format(call="step"),
+    "zero_grad": _EVERY_ENGINE.format(call="zero_grad"),
     "release": '''
 def release(op_index, op):
     """Drops every engine: engine.destroy(), where this DeepSpeed has it."""

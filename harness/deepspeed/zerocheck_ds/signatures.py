@@ -18,6 +18,8 @@ _NORMALISE = (
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+-]+){2,}/?"), "PATH"),
     (re.compile(r"\btorch\.Size\(\[[^\]]*\]\)"), "SIZE"),
     (re.compile(r"[-+]?\b\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b"), "N"),
+    # A shape's rank is the scenario's, not the bug's: (N,), (N, N, N) alike.
+    (re.compile(r"\((?:N, )*N,?\)"), "SHAPE"),
     (re.compile(r"\s+"), " "),
 )
 

@@ -1,0 +1,82 @@
+"""ctest `upstream_suite_deepspeed_master` (label upstream-master): the suite on DeepSpeed master.
+
+    upstream_master_test.py ZEROCHECK PYTHON TREE WORKDIR
+
+TREE is ../shared/deepspeed/master-*, which needs torch 2.x and pydantic 2: it runs in the
+Debian 13 lane (ci/lane-debian13). On the fixed-seed export plus a user who placed experts by
+their own `ds_id`, at world 2: every scenario gets a verdict; the seed bug's experts keep `id`
+(fixed upstream: the module counter moved to `ds_id`); the user's `ds_id` on those experts is
+overwritten (I1), which is where the counter went; the zero-size parameter's failure is
+reported. Every signature is printed with its triage from harness/deepspeed/KNOWN_UPSTREAM.md,
+and one missing from it fails the test: a new upstream finding must be triaged.
+Exit 77 (skipped) where the tree is absent or the Python's torch is older than 2.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from upstream_support import SKIP, check, export, read, run, signatures, verdicts
+
+KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "deepspeed",
+                     "KNOWN_UPSTREAM.md")
+
+
+def triaged():
+    """Signature -> verdict from KNOWN_UPSTREAM.md's table (`signature` in backquotes)."""
+    table = {}
+    with open(KNOWN, encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and cells[0].startswith("`"):
+                table[cells[0].strip("`")] = cells[1]
+    return table
+
+
+def main():
+    zerocheck, python, tree, work = sys.argv[1:5]
+    if not os.path.isdir(tree):
+        print(f"SKIPPED: no DeepSpeed source tree at {tree}")
+        return SKIP
+    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                           capture_output=True, text=True).stdout.strip()
+    if major in ("0", "1"):
+        print(f"SKIPPED: DeepSpeed master needs torch >= 2; {python} has torch {major}.x "
+              f"(run it in the Debian 13 lane: ci/lane-debian13)")
+        return SKIP
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    scenarios, exported = export(zerocheck, work)
+    out = os.path.join(work, "master")
+    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "60",
+                    "--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", out], expect=1)
+    found = verdicts(out)
+    check(sorted(found) == sorted(exported + ["ds_id_experts"]), "every scenario has a verdict")
+    summary = read(os.path.join(out, "summary.json"))
+    check(re.match(r"0\.(1[89]|[2-9]\d)", summary["adapter_version"] or "") is not None,
+          f"DeepSpeed master imported ({summary['adapter_version']})")
+    seed = signatures(found["seed-bug"])
+    check(not any("attribute 'id'" in s or "by 'id'" in s for s in seed),
+          "seed bug: the experts keep `id` on master")
+    ds_id = signatures(found["ds_id_experts"])
+    check(any(s.startswith("I1 ") and "'ds_id' on Expert module" in s for s in ds_id),
+          "a user's `ds_id` on the experts is overwritten (I1): the counter moved there")
+    zero = found["zero-size-param"]
+    check(any(f["invariant"] == "op" for f in zero["findings"]),
+          f"zero-size parameter: {[f['signature'] for f in zero['findings']]}")
+    table = triaged()
+    untriaged = []
+    for group in summary["signatures"]:
+        verdict = table.get(group["signature"])
+        print(f"  {len(group['scenarios']):>3} scen  {verdict or 'NOT TRIAGED':<24} {group['signature']}")
+        if verdict is None:
+            untriaged.append(group["signature"])
+    check(not untriaged, f"every signature is triaged in KNOWN_UPSTREAM.md ({len(untriaged)} not)")
+    print("upstream suite on", tree, ": all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
