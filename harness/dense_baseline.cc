@@ -1,5 +1,7 @@
 #include "harness/dense_baseline.h"
 
+#include "harness/world.h"
+
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -46,6 +48,7 @@ DenseBaseline::DenseBaseline(std::shared_ptr<zero3::Module> model,
 
 std::vector<double> DenseBaseline::step(const std::vector<Batch>& batches,
                                         const std::vector<zero3::Route>& routes) {
+  use_sequential_kernels();  // the same split of every reduction as the ranks (world.h)
   {
     at::NoGradGuard no_grad;
     for (auto& p : params_)

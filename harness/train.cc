@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -161,6 +162,7 @@ TrainReport run_training(const TrainOptions& options) {
     report.max_loss_abs_diff =
         std::max(report.max_loss_abs_diff, std::abs(report.losses.back() - dense.losses[step]));
   }
+  std::vector<std::string> differing;  // which parameters broke parity, and by how much
   for (const auto& [path, expected] : dense.final_parameters) {
     auto it = consolidated.find(path);
     if (it == consolidated.end()) {
@@ -172,9 +174,10 @@ TrainReport run_training(const TrainOptions& options) {
               c10::str(expected.sizes()));
       continue;
     }
-    if (expected.numel() > 0)
-      report.max_param_abs_diff = std::max(
-          report.max_param_abs_diff, (it->second - expected).abs().max().item<double>());
+    if (expected.numel() == 0) continue;
+    const double diff = (it->second - expected).abs().max().item<double>();
+    report.max_param_abs_diff = std::max(report.max_param_abs_diff, diff);
+    if (diff > kParityTolerance) differing.push_back(fmt::format("'{}' by {:g}", path, diff));
   }
   report.elements_moved_per_step = elements[0];
   report.expected_elements_per_step = dense.expected_elements.back();
@@ -183,8 +186,8 @@ TrainReport run_training(const TrainOptions& options) {
     problem(fmt::format("losses differ from the dense baseline by up to {:g}",
                         report.max_loss_abs_diff));
   if (report.max_param_abs_diff > kParityTolerance)
-    problem(fmt::format("parameters differ from the dense baseline by up to {:g}",
-                        report.max_param_abs_diff));
+    problem(fmt::format("parameters differ from the dense baseline by up to {:g}: {}",
+                        report.max_param_abs_diff, fmt::join(differing, ", ")));
   for (int r = 0; r < world; ++r) {
     if (report.state_bytes_per_rank[r] != report.expected_state_bytes_per_rank[r])
       problem("rank " + std::to_string(r) + " holds " +

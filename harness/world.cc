@@ -21,12 +21,13 @@ CommKind comm_kind_by_name(const std::string& name) {
   throw zero3::UsageError("unknown comm '" + name + "' (expected local or gloo)");
 }
 
+void use_sequential_kernels() {
+  if (at::get_num_threads() != 1) at::set_num_threads(1);
+}
+
 void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body) {
   if (options.world_size < 1)
     throw zero3::UsageError("world size must be >= 1, got " + std::to_string(options.world_size));
-  // Ranks are threads already; intra-op threads on top would only oversubscribe the cores and
-  // make timings noisy. Numerics do not depend on it.
-  at::set_num_threads(1);
 
   zero3::CommOptions comm_options;
   comm_options.timeout = options.timeout;
@@ -53,6 +54,7 @@ void run_world(const WorldOptions& options, const std::function<void(zero3::Comm
   std::vector<std::thread> threads;
   for (int rank = 0; rank < options.world_size; ++rank) {
     threads.emplace_back([&, rank] {
+      use_sequential_kernels();  // the dense twin's arithmetic: see world.h
       // The comm outlives the catch: peers must see the abort signal before this rank's
       // connections close, or they would report "connection closed" instead of the cause.
       std::unique_ptr<zero3::Comm> comm;

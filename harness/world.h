@@ -43,4 +43,12 @@ class RankFailure : public zero3::Error {
 // rank's error when any rank throws, and zero3::UsageError for a world size below 1.
 void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
 
+// Runs LibTorch's CPU kernels on one intra-op thread from here on. Tolerance 0 needs it: a
+// parallel kernel's bits depend on how many threads split its reduction (LibTorch 2.x's
+// LayerNorm backward sums one partial weight gradient per thread), and the count is process-wide
+// state that starts at the number of cores. The dense twin used to train before the first world
+// set it, on every core, while the ranks ran on one: parity broke on 2.6 (not on 1.13, whose
+// LayerNorm backward does not split). So both sides call this before computing, in any order.
+void use_sequential_kernels();
+
 }  // namespace zerocheck

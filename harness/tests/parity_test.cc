@@ -2,8 +2,13 @@
 // size 1..5 and models with odd shapes, tied weights, zero-size parameters and experts.
 #include <gtest/gtest.h>
 
+#include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
+#include "harness/models.h"
 #include "harness/train.h"
+#include "harness/world.h"
+
+#include <ATen/Parallel.h>
 
 namespace zerocheck {
 namespace {
@@ -35,6 +40,24 @@ INSTANTIATE_TEST_SUITE_P(ModelsAndWorlds, Parity,
                              if (c == '-') c = '_';
                            return model + "_world" + std::to_string(std::get<1>(info.param));
                          });
+
+// Tolerance 0 rests on this construction (world.h): LibTorch 2.x splits reductions such as
+// LayerNorm's weight gradient by the intra-op thread count, so the dense twin and the ranks
+// must compute with the same count whichever runs first and whatever it was before.
+TEST(Parity, RankThreadsAndTheDenseTwinRunKernelsOnOneThread) {
+  const ModelSpec spec = model_spec("odd");
+  at::set_num_threads(2);  // as a process starts on a machine with cores to spare
+  DenseBaseline dense(spec.build(1), adam_factory(1e-2));
+  dense.step({make_batch(spec, 1, 0, 0, 4)}, {spec.route(0, 0)});
+  EXPECT_EQ(at::get_num_threads(), 1) << "the dense twin computed on several threads";
+
+  at::set_num_threads(2);
+  WorldOptions o;
+  o.world_size = 3;
+  std::vector<int> per_rank(3, -1);
+  run_world(o, [&](zero3::Comm& comm) { per_rank[comm.rank()] = at::get_num_threads(); });
+  EXPECT_EQ(per_rank, std::vector<int>(3, 1)) << "a rank computed on several threads";
+}
 
 TEST(Parity, TheFormulaOfDesignHoldsWhenEveryModuleRunsOnce) {
   // mlp: 16x32+32, 32x32+32, 32x8+8 on 4 ranks; each c*N rounded up to a multiple of 4.

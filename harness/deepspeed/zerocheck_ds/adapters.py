@@ -28,6 +28,12 @@ class Adapter:
     """A training engine as the replay sees it. `engine` is whatever initialize returned."""
 
     name = "adapter"
+    # Whether step() is only defined after a backward since the last step (DeepSpeed's ZeRO-3
+    # step raises KeyError otherwise); the replay then skips such a step, noting why.
+    step_needs_backward = False
+    # Whether initialize is only defined for a target with trainable parameters (DeepSpeed's
+    # ZeRO-3 raises IndexError on a parameterless model); the replay then skips it, noting why.
+    initialize_needs_parameters = False
 
     def version(self):
         raise NotImplementedError

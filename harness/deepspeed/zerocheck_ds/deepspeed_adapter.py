@@ -26,6 +26,11 @@ REFUSAL_PATTERN = r"already (been )?initiali[sz]ed"
 
 class DeepSpeedAdapter(Adapter):
     name = "deepspeed"
+    # DeepSpeed's training loop is forward, backward, step: a step with no backward since the
+    # last one is outside its contract (ZeRO-3 raises KeyError), not a bug to report.
+    step_needs_backward = True
+    # Nor is a model without trainable parameters something DeepSpeed is for (IndexError).
+    initialize_needs_parameters = True
 
     def __init__(self):
         try:

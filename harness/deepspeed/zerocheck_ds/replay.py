@@ -80,6 +80,7 @@ class Replay:
         self._managed = oracles.ManagedObjects()
         self._loss = None
         self._loss_engine = None
+        self._backward_since_step = False
         self._config = copy.deepcopy(scenario.config)
         if world_size != scenario.world_size:
             self._skip(None, "", "world size",
@@ -133,6 +134,9 @@ class Replay:
             target = self.root.get_submodule(op.target)
         except Exception:
             return self._skip(index, op.op, f"target {op.target!r}", "no module at this path")
+        if self.adapter.initialize_needs_parameters and not trainable_parameters(target):
+            return self._skip(index, op.op, f"target {op.target!r}",
+                              f"no trainable parameters: {self.adapter.name} needs some")
         if op.optimizer == "same":
             optimizer = self.user_optimizer
         else:
@@ -209,13 +213,18 @@ class Replay:
         loss, live = self._loss, self._loss_engine
         self._loss = None
         if live is not None and live in self._live:
-            self._attempt(index, op.op, lambda: self.adapter.backward(live.engine, loss))
+            ok, _ = self._attempt(index, op.op, lambda: self.adapter.backward(live.engine, loss))
         else:
-            self._attempt(index, op.op, loss.backward)
+            ok, _ = self._attempt(index, op.op, loss.backward)
+        self._backward_since_step = self._backward_since_step or ok
 
     def _step(self, index, op):
         if not self._live:
             return self._skip(index, op.op, "step", "no engine")
+        if self.adapter.step_needs_backward and not self._backward_since_step:
+            return self._skip(index, op.op, "step", f"no backward since the last step: "
+                                                    f"{self.adapter.name}'s step needs one")
+        self._backward_since_step = False
         for live in list(self._live):
             self._attempt(index, op.op, lambda: self.adapter.step(live.engine))
 
