@@ -497,6 +497,7 @@ _STATE = '''
 live = []  # (engine, target, optimizer) for every initialize a correct engine accepts
 accepted_repeats = []  # engines from repeated initializes a correct engine would have refused
 loss, loss_engine = None, None  # the pending forward's loss, and the engine that ran it
+backward_since_step = False  # DeepSpeed's step needs a backward since the last one
 
 
 def trainable(module):
@@ -600,17 +601,16 @@ def initialize(op_index, target, optimizer):
              f"{{type(e).__name__}}: {{e}}")
 '''
 
-# step and zero_grad: the same call on every live engine.
-_EVERY_ENGINE = '''
-def {call}(op_index):
-    """engine.{call}() on every live engine."""
+_ZERO_GRAD = '''
+def zero_grad(op_index):
+    """engine.zero_grad() on every live engine."""
     if not live:
         return skipped(op_index, "no engine")
     for engine, _, _ in list(live):
         try:
-            engine.{call}()
+            engine.zero_grad()
         except ERRORS as e:
-            op_failed(op_index, "{call}", e)
+            op_failed(op_index, "zero_grad", e)
 '''
 
 _OPERATIONS = {
@@ -631,7 +631,7 @@ def forward(op_index, route):
     "backward": '''
 def backward(op_index):
     """Back-propagates the pending loss through the engine that ran the forward."""
-    global loss
+    global loss, backward_since_step
     if loss is None:
         return skipped(op_index, "no forward since the last backward")
     pending, loss = loss, None
@@ -640,11 +640,26 @@ def backward(op_index):
             loss_engine.backward(pending)
         else:
             pending.backward()
+        backward_since_step = True
     except ERRORS as e:
         op_failed(op_index, "backward", e)
 ''',
-    "step": _EVERY_ENGINE.format(call="step"),
-    "zero_grad": _EVERY_ENGINE.format(call="zero_grad"),
+    "step": '''
+def step(op_index):
+    """engine.step() on every live engine, after a backward: DeepSpeed's loop (KeyError else)."""
+    global backward_since_step
+    if not live:
+        return skipped(op_index, "no engine")
+    if not PLAIN and not backward_since_step:
+        return skipped(op_index, "no backward since the last step: DeepSpeed's step needs one")
+    backward_since_step = False
+    for engine, _, _ in list(live):
+        try:
+            engine.step()
+        except ERRORS as e:
+            op_failed(op_index, "step", e)
+''',
+    "zero_grad": _ZERO_GRAD,
     "release": '''
 def release(op_index, op):
     """Drops every engine: engine.destroy(), where this DeepSpeed has it."""
