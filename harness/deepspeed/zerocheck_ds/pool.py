@@ -16,12 +16,12 @@ import json
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 
 from .worker import REPLY_FD_VARIABLE
+from .world import free_port
 
 _PR_SET_PDEATHSIG = 1
 _DISTRIBUTED_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -39,13 +39,6 @@ class Outcome:
     rank: object = None  # crash: the rank that died first
     how: str = ""  # crash: "SIGSEGV" or "exit code 3"
     seconds: float = 0.0
-
-
-def free_port():
-    """A loopback port the kernel just handed out, so two runs on one machine do not collide."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent():

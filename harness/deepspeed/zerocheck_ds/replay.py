@@ -73,6 +73,7 @@ class Replay:
         self.rank = rank
         # Told (op index or None, op name) before each step: the supervisor's heartbeat.
         self._observer = observer or (lambda index, op: None)
+        self._node_kinds = {}  # module path -> the scenario's node kind, filled by run()
         self.result = ReplayResult()
         self._reported = set()  # identities of I1/I2 findings already reported
         self._live = []  # [LiveEngine], in initialize order
@@ -96,7 +97,6 @@ class Replay:
         """Returns the findings and skipped operations of the whole scenario."""
         self._observer(None, "build")
         built = build_tree(self.scenario)
-        self._node_kinds = {}
         for index, module in built.nodes.items():
             path, kind = built.module_paths[id(module)], self.scenario.tree[index].kind
             self._node_kinds[path] = kind
@@ -321,7 +321,7 @@ class Replay:
         for finding in findings:
             # The node kind makes a finding's signature; a parameter's is its module's.
             if finding.module_path is not None and finding.node_kind is None:
-                finding.node_kind = getattr(self, "_node_kinds", {}).get(finding.module_path)
+                finding.node_kind = self._node_kinds.get(finding.module_path)
         self.result.findings.extend(findings)
 
     def _skip(self, index, op, what, reason):

@@ -71,8 +71,7 @@ class Supervisor:
     """Pools by world size (shrinking may try world 1), and one call to replay a scenario."""
 
     def __init__(self, args, env, cwd, log):
-        self._args, self._env, self._cwd, self.log = args, env, cwd, log
-        self.cwd = cwd
+        self._args, self._env, self.cwd, self.log = args, env, cwd, log
         self._pools = {}
         command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter]
         self._command = command
@@ -82,7 +81,7 @@ class Supervisor:
         if world_size not in self._pools:
             logs = os.path.join(self._args.out, "logs" if world_size == self._args.world
                                 else f"logs-world{world_size}")
-            self._pools[world_size] = RankPool(world_size, self._command, self._env, self._cwd,
+            self._pools[world_size] = RankPool(world_size, self._command, self._env, self.cwd,
                                                logs)
         return self._pools[world_size]
 
@@ -123,10 +122,10 @@ def _environment(args):
         staged = deepspeed_tree.stage(args.deepspeed_tree,
                                       os.path.join(args.out, "deepspeed-tree"))
         shims = args.shims or deepspeed_tree.default_shims(args.deepspeed_tree)
-        tree_env = deepspeed_tree.environment(staged, shims)
+        args.script_environment = deepspeed_tree.environment(staged, shims)
+        tree_env = dict(args.script_environment)
         extra.append(tree_env.pop("PYTHONPATH"))
         env.update(tree_env)
-        args.script_environment = deepspeed_tree.environment(staged, shims)
         cwd = staged
     elif args.shims:
         extra.append(args.shims)

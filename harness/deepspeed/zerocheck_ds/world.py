@@ -51,7 +51,8 @@ def from_environment():
     return World(rank=rank, world_size=world_size, local_rank=_env_int("LOCAL_RANK", rank, 0))
 
 
-def _free_port():
+def free_port():
+    """A loopback port the kernel just handed out, so two runs on one machine do not collide."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -67,7 +68,7 @@ def start(world, need_group):
     if world.world_size == 1:
         # A one-rank group still rendezvouses through env://; give it a private address.
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_RANK", "0")
