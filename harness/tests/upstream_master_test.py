@@ -64,8 +64,9 @@ def main():
     check(any(s.startswith("I1 ") and "'ds_id' on Expert module" in s for s in ds_id),
           "a user's `ds_id` on the experts is overwritten (I1): the counter moved there")
     zero = found["zero-size-param"]
-    check(any(f["invariant"] == "op" for f in zero["findings"]),
-          f"zero-size parameter: {[f['signature'] for f in zero['findings']]}")
+    check(any(f["invariant"] == "op" and "NOT_AVAILABLE" in (f["exception"] or "")
+              for f in zero["findings"]),
+          "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion still reported on master")
     table = triaged()
     untriaged = []
     for group in summary["signatures"]:

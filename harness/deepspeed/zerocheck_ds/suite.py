@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 from . import ADAPTER_NAMES, baseline as baseline_module, deepspeed_tree, report
 from .outcomes import outcome_findings, raising_steps, skipped_of, verdict
