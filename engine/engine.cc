@@ -62,7 +62,11 @@ void assign_placement(EngineState& state, const EngineOptions& options) {
     int owner = inherited;
     if (inherited >= 0) {
       record.inside_placed = true;
-    } else if (auto decided = policy(record.path, module, world)) {
+    } else if (auto decided = options.fault == Fault::placed_without_policy &&
+                                         state.config.placement.kind == PlacementSpec::Kind::none &&
+                                         module.kind() == "Expert"
+                                     ? std::optional<int>(world - 1)
+                                     : policy(record.path, module, world)) {
       if (*decided < 0 || *decided >= world)
         throw PlacementError((record.path.empty() ? "<root>" : record.path) +
                              ": placement policy chose rank " + std::to_string(*decided) +
@@ -138,7 +142,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   if (uses_registry(options.fault)) {
     try {
       Registry::instance().check_unmanaged(tree, &optimizer);
-    } catch (const AlreadyInitialized&) {
+    } catch (const AlreadyInitialized& refusal) {
+      if (options.fault == Fault::repeat_refused_with_wrong_error)
+        throw OptimizerMismatch(std::string("KeyError while rebuilding the optimizer: ") + refusal.what());
       if (options.fault == Fault::reinitialize_changes_state)
         for (size_t i = 0; i < tree.size(); ++i)
           tree[i].module->attrs().set("id", static_cast<int64_t>(i), fault_name(options.fault));
@@ -165,7 +171,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
         p->param = tensor;
         p->shape = tensor.sizes().vec();
         p->layout = ShardLayout::of(tensor.numel(), comm.world_size());
-        p->persistent = tensor.numel() <= threshold;
+        if (options.fault == Fault::shard_chunk_aligned) p->layout.alignment = 2;
+        p->persistent = tensor.numel() <= threshold ||
+                        (options.fault == Fault::partitioned_kept_persistent && p->id % 2 == 1);
         p->trainable = tensor.requires_grad();
         slot->second = p.get();
         state->params.push_back(std::move(p));
@@ -180,6 +188,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     for (ManagedParam* p : record.own_params)
       record.has_partitioned_params |= !p->persistent && !p->placed();
   check_optimizer_covers_model(optimizer, state->params, state->param_by_impl);
+  if (options.fault == Fault::refuse_gradient_accumulation && state->config.gradient_accumulation_steps > 1)
+    throw ConfigError("gradient_accumulation_steps: " + std::to_string(state->config.gradient_accumulation_steps) +
+                      " is not supported");
   if (!options.publish_ids_as.empty()) {
     // Dry run on copies first: a collision anywhere must leave every module untouched.
     for (const auto& [path, module] : tree) {
@@ -213,6 +224,13 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
       module->attrs().define(options.publish_ids_as, state->modules.at(module.get()).id,
                              kEngineOwner, path.empty() ? "<root>" : path);
   apply_legacy_param_writes(*state);
+  if (options.fault == Fault::tensor_attr_changed_in_place) {
+    at::NoGradGuard no_grad;
+    for (const auto& entry : tree)
+      for (const auto& attr : entry.module->attrs().entries())
+        if (const auto* t = std::get_if<at::Tensor>(&attr.value.storage()); t && t->is_floating_point())
+          t->mul_(0.5);  // the planted fault: the user's own tensor changes
+  }
   if (uses_registry(options.fault)) Registry::instance().claim(state.get(), tree, &optimizer);
   return std::unique_ptr<Engine>(new Engine(std::move(state)));
 }
@@ -250,6 +268,10 @@ void Engine::backward(const at::Tensor& loss) {
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   loss.backward();
   state_->finish_placed_gradients();
+  if (state_->options.fault == Fault::extra_collective_per_step) {
+    at::Tensor stray = at::zeros({1});
+    state_->comm.all_reduce_sum(stray);
+  }
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.
   for (auto& p : state_->params) state_->partitioner.release(*p);
 }

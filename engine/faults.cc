@@ -6,7 +6,7 @@ namespace zero3 {
 
 const std::vector<FaultInfo>& fault_catalogue() {
   static const std::vector<FaultInfo> catalogue = {
-#define ZERO3_FAULT_INFO(id, name, invariant, killer, doc) {Fault::id, name, invariant, killer, doc},
+#define ZERO3_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc},
       ZERO3_FAULTS(ZERO3_FAULT_INFO)
 #undef ZERO3_FAULT_INFO
   };

@@ -14,54 +14,38 @@
 
 namespace zero3 {
 
-// X(identifier, cli name, invariant it breaks, the engine test that must catch it, description)
+// X(identifier, cli name, invariant whose oracle must catch it, the test that must catch it,
+//   text that test must print when it fails, description)
 // The test is "binary:GoogleTest filter"; tests/fault_kill_test.cc runs it with the fault on
-// (ZEROCHECK_FAULT=<cli name>) and expects it to fail, and with the fault off and expects a pass.
-#define ZERO3_FAULTS(X)                                                                            \
-  X(legacy_0_15_4, "legacy-0.15.4", "I1", "engine_integration_tests:UserAttributes.*",            \
-    "DeepSpeed 0.15.4: writes module.id from a process-global pre-order counter that survives "    \
-    "initialize calls, writes ds_* names on modules and parameters, no registry")                  \
-  X(legacy_ds_id, "legacy-ds-id", "I1", "engine_integration_tests:UserAttributes.*",              \
-    "upstream after the rename: the same global counter written to ds_id, ds_* names written, "    \
-    "no registry")                                                                                 \
-  X(skip_release_after_forward, "skip-release-after-forward", "I4",                                \
-    "engine_integration_tests:Lifecycle.FullDataOnlyWhileTheModuleRuns",                           \
-    "a module's gathered parameters are not released after its forward")                          \
-  X(shard_offset_off_by_one, "shard-offset-off-by-one", "I3",                                      \
-    "harness_parity_tests:ModelsAndWorlds/Parity.*/odd_world3",                                    \
-    "each rank's shard is cut one element late when parameters are partitioned")                  \
-  X(wrong_gradient_divisor, "wrong-gradient-divisor", "I3",                                        \
-    "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world2",                                    \
-    "reduced gradients are divided by N+1 instead of the world size N")                            \
-  X(uninitialised_padding, "uninitialised-padding", "I3",                                          \
-    "harness_parity_tests:ModelsAndWorlds/Parity.*/odd_world4",                                    \
-    "shard padding is left with garbage instead of zeros, as upstream allocates it")               \
-  X(placement_from_engine_ids, "placement-from-engine-ids", "I2",                                  \
-    "engine_integration_tests:Placement.ResidencyFollowsTheUsersAttributes",                       \
-    "expert placement is computed from engine module ids instead of the user's attributes")        \
-  X(accept_repeated_initialize, "accept-repeated-initialize", "I5",                                \
-    "engine_integration_tests:Registry.SameModelTwiceIsRejected",                                  \
-    "initialize on an already managed model or optimizer is silently accepted")                    \
-  X(reinitialize_changes_state, "reinitialize-changes-state", "I5",                                \
-    "engine_integration_tests:Registry.RejectedInitializeLeavesTheFirstEngineTraining",            \
-    "a rejected repeated initialize has already numbered the modules (writes `id`) when it "      \
-    "throws")                                                                                      \
-  X(stale_optimizer_tensors, "stale-optimizer-tensors", "I3",                                      \
-    "harness_parity_tests:ModelsAndWorlds/Parity.*/moe_world2",                                    \
-    "the optimizer steps over stale copies instead of the fp32 shards")                            \
-  X(reduce_scatter_wrong_shard, "reduce-scatter-wrong-shard", "I3",                                \
-    "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world3",                                    \
-    "the gradient reduce-scatter delivers the next rank's shard")                                  \
-  X(consolidated_from_rank0_shard, "consolidated-from-rank0-shard", "I6",                          \
-    "engine_integration_tests:Checkpoint.ConsolidatedStateDictEqualsGatheredParameters",           \
-    "the consolidated state dict is built from rank 0's shard, other ranks' slices left zero")     \
-  X(checkpoint_drops_optimizer_state, "checkpoint-drops-optimizer-state", "I6",                    \
-    "engine_integration_tests:Checkpoint.SaveLoadRestoresShardsAndOptimizerBitExactly",            \
-    "a sharded checkpoint is written without the optimizer state")
+// (ZEROCHECK_FAULT=<cli name>) and expects it to fail printing the text, and with the fault off
+// and expects a pass. `zerocheck mutants` counts a fault as killed only by its invariant.
+#define ZERO3_FAULTS(X) \
+  X(legacy_0_15_4, "legacy-0.15.4", "I1", "engine_integration_tests:UserAttributes.*", "now[i].get(entry.name) == entry.value", "DeepSpeed 0.15.4: writes module.id from a process-global pre-order counter that survives initialize calls, writes ds_* names on modules and parameters, no registry") \
+  X(legacy_ds_id, "legacy-ds-id", "I1", "engine_integration_tests:UserAttributes.*", "now[i].get(entry.name) == entry.value", "upstream after the rename: the same global counter written to ds_id, ds_* names written, no registry") \
+  X(skip_release_after_forward, "skip-release-after-forward", "I4", "engine_integration_tests:Lifecycle.FullDataOnlyWhileTheModuleRuns", "p.param.numel()", "a module's gathered parameters are not released after its forward") \
+  X(shard_offset_off_by_one, "shard-offset-off-by-one", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/odd_world3", "parameters differ from the dense baseline", "each rank's shard is cut one element late when parameters are partitioned") \
+  X(wrong_gradient_divisor, "wrong-gradient-divisor", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world2", "parameters differ from the dense baseline", "reduced gradients are divided by N+1 instead of the world size N") \
+  X(uninitialised_padding, "uninitialised-padding", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/odd_world4", "is not zero", "shard padding is left with garbage instead of zeros, as upstream allocates it") \
+  X(placement_from_engine_ids, "placement-from-engine-ids", "I2", "engine_integration_tests:Placement.ResidencyFollowsTheUsersAttributes", "here.param_elements", "expert placement is computed from engine module ids instead of the user's attributes") \
+  X(accept_repeated_initialize, "accept-repeated-initialize", "I5", "engine_integration_tests:Registry.SameModelTwiceIsRejected", "a second initialize of the same model was accepted", "initialize on an already managed model or optimizer is silently accepted") \
+  X(reinitialize_changes_state, "reinitialize-changes-state", "I5", "engine_integration_tests:Registry.RejectedInitializeLeavesTheFirstEngineTraining", "model->attrs() == user_attrs", "a rejected repeated initialize has already numbered the modules (writes `id`) when it throws") \
+  X(stale_optimizer_tensors, "stale-optimizer-tensors", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/moe_world2", "parameters differ from the dense baseline", "the optimizer steps over stale copies instead of the fp32 shards") \
+  X(reduce_scatter_wrong_shard, "reduce-scatter-wrong-shard", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world3", "is not zero", "the gradient reduce-scatter delivers the next rank's shard") \
+  X(consolidated_from_rank0_shard, "consolidated-from-rank0-shard", "I6", "engine_integration_tests:Checkpoint.ConsolidatedStateDictEqualsGatheredParameters", "consolidated.at(path)", "the consolidated state dict is built from rank 0's shard, other ranks' slices left zero") \
+  X(checkpoint_drops_optimizer_state, "checkpoint-drops-optimizer-state", "I6", "engine_integration_tests:Checkpoint.SaveLoadRestoresShardsAndOptimizerBitExactly", "train_step(*engine, spec, s, comm.rank())", "a sharded checkpoint is written without the optimizer state") \
+  X(partitioned_kept_persistent, "partitioned-kept-persistent", "I4", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.PartitionedKeptPersistent", "I4 violated", "every other parameter above the persistence threshold is kept whole and reported persistent: it trains exactly and holds N times its share") \
+  X(placed_without_policy, "placed-without-policy", "I2", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.PlacedWithoutPolicy", "I2 violated", "with no placement policy, every expert is placed whole on the last rank anyway") \
+  X(tensor_attr_changed_in_place, "tensor-attr-changed-in-place", "I1", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.TensorAttrChangedInPlace", "I1 violated", "initialize halves the user's tensor-valued module attributes in place: same object, new values") \
+  X(shard_chunk_aligned, "shard-chunk-aligned", "I4", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.ShardChunkAligned", "I4 violated", "shards are cut with the chunk rounded up to a multiple of 2 and the engine reports that layout: every rank holds extra padding") \
+  X(grad_shard_overallocated, "grad-shard-overallocated", "I4", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.GradShardOverallocated", "I4 violated", "the shard gradient is a c-element view of the c*N reduce buffer: the full gradient's storage stays allocated") \
+  X(extra_collective_per_step, "extra-collective-per-step", "I8", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.ExtraCollectivePerStep", "I8 violated", "every backward all-reduces one extra element (a stray global check)") \
+  X(placed_copies_kept, "placed-copies-kept", "I2", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.PlacedCopiesKept", "I2 violated", "ranks other than a placed module's owner keep their full copy of its parameters (unused, never freed)") \
+  X(repeat_refused_with_wrong_error, "repeat-refused-with-wrong-error", "I5", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RepeatRefusedWithWrongError", "I5 violated", "a repeated initialize is refused with OptimizerMismatch (upstream: a KeyError) instead of AlreadyInitialized") \
+  X(refuse_gradient_accumulation, "refuse-gradient-accumulation", "I7", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RefuseGradientAccumulation", "I7 violated", "initialize raises ConfigError for a valid config with gradient_accumulation_steps > 1")
 
 enum class Fault {
   none,
-#define ZERO3_FAULT_ENUM(id, name, invariant, killer, doc) id,
+#define ZERO3_FAULT_ENUM(id, name, invariant, killer, kill_text, doc) id,
   ZERO3_FAULTS(ZERO3_FAULT_ENUM)
 #undef ZERO3_FAULT_ENUM
 };
@@ -69,8 +53,9 @@ enum class Fault {
 struct FaultInfo {
   Fault fault;
   std::string_view name;       // the CLI name, e.g. "legacy-0.15.4"
-  std::string_view invariant;  // "I1".."I7"
+  std::string_view invariant;  // "I1".."I8"
   std::string_view killer;     // "test binary:GoogleTest filter" that must catch it
+  std::string_view kill_text;  // what the killer prints when it catches the fault
   std::string_view description;
 };
 

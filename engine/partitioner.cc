@@ -29,7 +29,8 @@ void Partitioner::partition(ManagedParam& p) {
       p.master = p.param;
       p.status = ParamStatus::Available;
     } else {
-      swap_data(p.param, empty_like_param(p.param));  // other ranks hold no storage at all
+      if (fault_ != Fault::placed_copies_kept)
+        swap_data(p.param, empty_like_param(p.param));  // other ranks hold no storage at all
       p.master = at::empty({0});
       p.status = ParamStatus::NotAvailable;
     }
@@ -80,7 +81,9 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
     comm_.all_reduce_sum(averaged);
     averaged = averaged.view(p.shape);
   } else {
-    averaged = at::empty({p.layout.chunk()}, full_grad.options());
+    averaged = fault_ == Fault::grad_shard_overallocated
+                   ? at::empty({p.layout.padded_numel()}, full_grad.options()).narrow(0, 0, p.layout.chunk())
+                   : at::empty({p.layout.chunk()}, full_grad.options());
     at::Tensor padded = p.layout.pad(full_grad);
     if (fault_ == Fault::reduce_scatter_wrong_shard) padded = padded.roll(-p.layout.chunk());
     comm_.reduce_scatter_sum(padded, averaged);

@@ -14,11 +14,15 @@ namespace zero3 {
 struct ShardLayout {
   int64_t numel = 0;
   int64_t world_size = 1;
+  int64_t alignment = 1;  // c is rounded up to a multiple of this (1: the spec; more only under a planted fault)
 
   // Returns the layout of `numel` elements over `world_size` ranks. Requires world_size >= 1.
   static ShardLayout of(int64_t numel, int64_t world_size);
 
-  int64_t chunk() const { return (numel + world_size - 1) / world_size; }  // c
+  int64_t chunk() const {  // c
+    const int64_t c = (numel + world_size - 1) / world_size;
+    return (c + alignment - 1) / alignment * alignment;
+  }
   int64_t padded_numel() const { return chunk() * world_size; }
   int64_t begin(int64_t rank) const { return rank * chunk(); }
   // Returns how many of rank's c elements are real (not padding).

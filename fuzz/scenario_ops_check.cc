@@ -2,7 +2,7 @@
 
 #include "engine/errors.h"
 #include "harness/check.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 #include "harness/scenario_bytes.h"
 
 #include <fmt/format.h>

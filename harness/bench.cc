@@ -1,7 +1,7 @@
 #include "harness/bench.h"
 
 #include "engine/errors.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 
 #include <ATen/record_function.h>
 

@@ -58,6 +58,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
   RunOptions run;
   run.fault = options.fault;
   run.comm = options.comm;
+  run.disabled_oracles = options.disabled_oracles;
   for (int64_t i = 0; i < options.cases; ++i) {
     if (options.time_limit_s > 0 && since(start) > options.time_limit_s) break;
     // Sizes sweep from small to large and again, as rapidcheck does across a run.
@@ -77,6 +78,10 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
       last_report = Clock::now();
     }
     if (verdict.ok()) continue;
+    if (!options.wanted_invariant.empty() && verdict.violation->invariant != options.wanted_invariant) {
+      ++result.other_invariants[verdict.violation->invariant];
+      continue;
+    }
 
     Finding finding;
     finding.cases_to_find = result.cases_run;

@@ -3,13 +3,15 @@
 #pragma once
 
 #include "engine/faults.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 #include "harness/scenario.h"
 
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -25,6 +27,11 @@ struct CheckOptions {
   CommKind comm = CommKind::local;
   std::string out_dir = "zerocheck-out";
   int64_t max_shrink_runs = 2000;
+  // When set, a violation of another invariant does not end the run: it is counted in
+  // CheckResult::other_invariants and the search goes on (`mutants` scores a fault this way:
+  // killed only by the invariant the catalogue names).
+  std::string wanted_invariant;
+  std::set<std::string> disabled_oracles;  // see RunOptions
 };
 
 struct Finding {
@@ -42,6 +49,7 @@ struct CheckResult {
   int64_t cases_run = 0;
   double seconds = 0;
   std::optional<Finding> finding;
+  std::map<std::string, int64_t> other_invariants;  // cases caught by another invariant than the wanted one
   // Shape counts over generated cases, to show the generator reaches what matters.
   int64_t with_tied = 0, with_frozen = 0, with_zero_size = 0, with_experts = 0, with_placement = 0;
 };

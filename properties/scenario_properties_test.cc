@@ -9,7 +9,7 @@
 
 #include "harness/fault_under_test.h"
 #include "harness/generators.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 
 namespace zerocheck {
 namespace {

@@ -9,7 +9,7 @@
 #include "engine/local_comm.h"
 #include "harness/collision_names.h"
 #include "harness/fault_under_test.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 
 namespace zerocheck {
 namespace {
@@ -66,7 +66,7 @@ struct Sut {
   RankInterpreter rank{scenario, *comm, RunOptions{fault_under_test()}, dir};
   int64_t index = 0;
 
-  std::string apply(const Op& op) {
+  OpOutcome apply(const Op& op) {
     try {
       return rank.apply(index++, op);
     } catch (const ViolationFound& v) {
@@ -104,10 +104,11 @@ struct Initialize : Command {
     op.kind = OpKind::initialize;
     op.optimizer = optimizer;
     op.target = target;
-    const std::string line = sut.apply(op);
-    if (refused(m)) RC_ASSERT(line.find("refused (AlreadyInitialized)") != std::string::npos);
-    else if (mismatched(m)) RC_ASSERT(line.find("refused (OptimizerMismatch)") != std::string::npos);
-    else RC_ASSERT(line.find("engine over") != std::string::npos);
+    const OpOutcome outcome = sut.apply(op);
+    using Status = OpOutcome::Status;
+    if (refused(m)) RC_ASSERT(outcome.status == Status::refused && outcome.refused_with == "AlreadyInitialized");
+    else if (mismatched(m)) RC_ASSERT(outcome.status == Status::refused && outcome.refused_with == "OptimizerMismatch");
+    else RC_ASSERT(outcome.status == Status::applied);
   }
   void show(std::ostream& os) const override { os << "initialize(" << optimizer << ", '" << target << "')"; }
 };
@@ -120,7 +121,7 @@ struct Forward : Command {
     Op op;
     op.kind = OpKind::forward;
     op.route = route;
-    RC_ASSERT(sut.apply(op).find(": loss ") != std::string::npos);
+    RC_ASSERT(sut.apply(op).loss.has_value());
   }
   void show(std::ostream& os) const override { os << "forward"; }
 };
@@ -140,8 +141,7 @@ struct Simple : Command {
   void run(const Model&, Sut& sut) const override {
     Op op;
     op.kind = kind;
-    const std::string line = sut.apply(op);
-    RC_ASSERT(line.find("skipped") == std::string::npos);
+    RC_ASSERT(sut.apply(op).status == OpOutcome::Status::applied);
   }
   void show(std::ostream& os) const override { os << to_string(kind); }
 };
@@ -157,7 +157,7 @@ struct SetAttr : Command {
     op.module = module;
     op.name = name;
     op.value = zero3::AttrValue(value);
-    RC_ASSERT(sut.apply(op).find(": ok") != std::string::npos);
+    RC_ASSERT(sut.apply(op).status == OpOutcome::Status::applied);
   }
   void show(std::ostream& os) const override { os << "set_attr('" << module << "', " << name << "=" << value << ")"; }
 };

@@ -1,7 +1,8 @@
 // The kill check: every fault in the catalogue is caught by the test the catalogue names.
 //
 // For each fault, the named test runs twice in a child process: with ZEROCHECK_FAULT=<fault> it
-// must fail, and without it it must pass — so it is the fault, not the test, that fails.
+// must fail and print the catalogue's kill text (so it fails for the catalogued reason, not any
+// reason), and without it it must pass — so it is the fault, not the test, that fails.
 #include <gtest/gtest.h>
 
 #include "engine/faults.h"
@@ -56,6 +57,9 @@ TEST_P(FaultKill, TheNamedTestCatchesTheFaultAndPassesWithout) {
   EXPECT_GT(planted.tests_run, 0) << "the filter of '" << info.killer << "' matched no test";
   EXPECT_NE(planted.exit_code, 0) << "fault '" << info.name << "' survived " << info.killer
                                   << "\n" << planted.output;
+  EXPECT_NE(planted.output.find(std::string(info.kill_text)), std::string::npos)
+      << info.killer << " failed under fault '" << info.name << "' without printing \"" << info.kill_text
+      << "\" (caught for another reason?)\n" << planted.output;
   const ChildRun reference = run_test(info, /*with_fault=*/false);
   EXPECT_GT(reference.tests_run, 0);
   EXPECT_EQ(reference.exit_code, 0) << info.killer << " fails without the fault\n"

@@ -1,9 +1,10 @@
-// `zerocheck check`, `zerocheck replay` and `zerocheck mutants`: the harness's front door.
+// `zerocheck check` and `zerocheck replay`: the harness's front door.
 #include "engine/errors.h"
 #include "engine/faults.h"
 #include "harness/check.h"
 #include "harness/cli/command.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
+#include "harness/oracles/oracles.h"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -36,7 +37,7 @@ void add_common(CLI::App& command, std::string& engine, std::string& comm) {
 void register_check_command(CLI::App& command, int& exit_code) {
   struct Args {
     CheckOptions options;
-    std::string engine = "reference", comm = "local";
+    std::string engine = "reference", comm = "local", disable;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -47,9 +48,11 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.add_option("--max-ops", args->options.max_ops, "operations per scenario")->check(CLI::Range(0, 64));
   command.add_option("--time", args->options.time_limit_s, "stop after this many seconds")->check(CLI::Range(0.0, 1e7));
   command.add_option("--out", args->options.out_dir, "where shrunk scenarios are written");
+  command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
+    args->options.disabled_oracles = oracles::parse_invariants(args->disable);
     args->options.comm = comm_kind_by_name(args->comm);
     const bool tty = !args->json && ::isatty(2);  // a progress line only where someone watches
     const CheckResult result = run_check(args->options, [&](int64_t cases, double seconds) {
@@ -77,15 +80,17 @@ void register_check_command(CLI::App& command, int& exit_code) {
 
 void register_replay_command(CLI::App& command, int& exit_code) {
   struct Args {
-    std::string file, engine = "reference", comm = "local";
+    std::string file, engine = "reference", comm = "local", disable;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
   command.add_option("file", args->file, "a scenario JSON file")->required();
   add_common(command, args->engine, args->comm);
+  command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     RunOptions run;
+    run.disabled_oracles = oracles::parse_invariants(args->disable);
     run.fault = zero3::engine_by_name(args->engine, "--engine");
     run.comm = comm_kind_by_name(args->comm);
     std::ifstream in(args->file, std::ios::binary);
@@ -112,66 +117,6 @@ void register_replay_command(CLI::App& command, int& exit_code) {
       else fmt::print("all invariants held\n");
     }
     exit_code = verdict.ok() ? kExitOk : kExitViolation;
-  });
-}
-
-void register_mutants_command(CLI::App& command, int& exit_code) {
-  struct Args {
-    double time_per_fault = 30;
-    int64_t cases = 2000;
-    uint64_t seed = 1;
-    std::string out = "zerocheck-out/mutants";
-    bool json = false;
-  };
-  auto args = std::make_shared<Args>();
-  command.add_option("--time-per-fault", args->time_per_fault, "budget per fault in seconds")->check(CLI::Range(0.1, 1e6));
-  command.add_option("--cases", args->cases, "at most this many cases per fault")->check(CLI::Range(1, 10000000));
-  command.add_option("--seed", args->seed, "seed of the scenario generator");
-  command.add_option("--out", args->out, "where shrunk scenarios are written");
-  command.add_flag("--json", args->json, "print a JSON list");
-  command.callback([args, &exit_code] {
-    nlohmann::json rows = nlohmann::json::array();
-    bool survivor = false;
-    if (!args->json)
-      fmt::print("{:<34} {:<7} {:<9} {:>6} {:>8} {:>8} {:>4}\n", "fault", "killed", "invariant", "cases",
-                 "seconds", "modules", "ops");
-    for (const auto& info : zero3::fault_catalogue()) {
-      CheckOptions options;
-      options.fault = info.fault;
-      options.cases = args->cases;
-      options.seed = args->seed;
-      options.time_limit_s = args->time_per_fault;
-      options.out_dir = args->out;
-      const CheckResult result = run_check(options);
-      nlohmann::json row{{"fault", info.name}, {"killed", result.finding.has_value()},
-                         {"expected_invariant", info.invariant}};
-      if (result.finding) {
-        const auto shape = shape_of(result.finding->scenario);
-        row.update({{"invariant", result.finding->violation.invariant},
-                    {"cases_to_kill", result.finding->cases_to_find},
-                    {"seconds_to_kill", result.finding->seconds_to_find},
-                    {"modules", shape.modules},
-                    {"ops", shape.ops},
-                    {"scenario_file", result.finding->scenario_file},
-                    {"replay", result.finding->replay_command}});
-      } else {
-        survivor = true;
-        row.update({{"invariant", nullptr}, {"cases_to_kill", nullptr}, {"seconds_to_kill", nullptr},
-                    {"modules", nullptr}, {"ops", nullptr}, {"cases_run", result.cases_run}});
-      }
-      if (!args->json) {
-        if (result.finding)
-          fmt::print("{:<34} {:<7} {:<9} {:>6} {:>8.2f} {:>8} {:>4}\n", info.name, "yes",
-                     row["invariant"].get<std::string>(), row["cases_to_kill"].get<int64_t>(),
-                     row["seconds_to_kill"].get<double>(), row["modules"].get<int64_t>(), row["ops"].get<int64_t>());
-        else
-          fmt::print("{:<34} {:<7} {:<9} {:>6} SURVIVED ({} cases)\n", info.name, "NO", "-", "-", result.cases_run);
-        std::fflush(stdout);
-      }
-      rows.push_back(row);
-    }
-    if (args->json) std::cout << rows.dump() << std::endl;
-    exit_code = survivor ? kExitViolation : kExitOk;
   });
 }
 

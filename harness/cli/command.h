@@ -23,7 +23,7 @@ inline constexpr int kExitUsage = 2;
     "run random scenarios against an engine; shrink and save any violation")                    \
   X(replay, register_replay_command, "run one scenario file and print its history and verdict")  \
   X(mutants, register_mutants_command,                                                           \
-    "run check against every planted fault and print which invariant kills it")                 \
+    "run check against every planted fault: killed only by its own invariant; --ablate: matrix") \
   X(export, register_export_command,                                                             \
     "write scenarios (covering the collision dictionary) for the upstream DeepSpeed replay")     \
   X(upstream, register_upstream_command,                                                         \

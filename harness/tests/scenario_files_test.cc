@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/collision_names.h"
-#include "harness/runner.h"
+#include "harness/interpreter/interpreter.h"
 #include "harness/scenario.h"
 
 #include <nlohmann/json.hpp>

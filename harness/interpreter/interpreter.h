@@ -1,0 +1,75 @@
+// The one interpreter: runs a Scenario's operations on a world of ranks' engines, asks the
+// model (harness/model) what must follow and the oracles (harness/oracles) whether it did, after
+// every operation: I1, I2, I4, I3, then I8 for the operation's traffic; I5, I6 and I7 where an
+// operation makes them checkable. Properties, fuzzers, `zerocheck check/replay/bench/mutants`
+// all run scenarios through here.
+//
+// All ranks agree after every operation on whether and where an invariant broke (the lowest
+// rank's finding wins), so a replay reports the same violation every time.
+#pragma once
+
+#include "engine/comm.h"
+#include "engine/faults.h"
+#include "harness/scenario.h"
+#include "harness/verdict.h"
+#include "harness/world.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace zerocheck {
+
+struct RunOptions {
+  RunOptions() = default;
+  explicit RunOptions(zero3::Fault planted) : fault(planted) {}
+  zero3::Fault fault = zero3::Fault::none;
+  CommKind comm = CommKind::local;
+  std::chrono::milliseconds timeout{30000};
+  // false skips the sweeps after every operation (I1, I2, I4, I3); the checks an operation makes
+  // itself (I3 loss, I5, I6, I7, I8) stay. Only `zerocheck bench` turns them off, to measure
+  // what they cost.
+  bool checks_after_every_op = true;
+  // Oracles switched off ("I3", ...): `zerocheck mutants --ablate` shows which faults only they
+  // catch. A switched-off I7 lets an unexpected error end the scenario without a verdict.
+  std::set<std::string> disabled_oracles;
+};
+
+// What one operation did on one rank, typed: tests and properties read these fields.
+struct OpOutcome {
+  enum class Status { applied, skipped, refused };
+  OpKind kind = OpKind::initialize;
+  Status status = Status::applied;
+  std::string refused_with;   // the error kind, when refused ("AlreadyInitialized", ...)
+  std::string detail;         // why skipped, or what was applied ("engine over 'a' (3 parameters)")
+  std::optional<double> loss;  // forward
+  bool violated = false;      // the history line of an operation after which a violation was found
+
+  // "#3 forward: loss 0.25" — the history line.
+  std::string to_text(int64_t index) const;
+};
+
+// Runs `scenario` and returns what it found. Throws ScenarioError for a scenario that fails
+// validation (I7 is about the engine, not about the harness's input).
+Verdict run_scenario(const Scenario& scenario, const RunOptions& options);
+
+class ScenarioRunner;
+
+// One rank's interpreter, usable step by step (the stateful property drives it directly).
+class RankInterpreter {
+ public:
+  RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
+                  const std::string& checkpoint_dir);
+  ~RankInterpreter();
+
+  // Applies operation `index` and checks the invariants.
+  // Throws ViolationFound when an invariant broke; other exceptions are unexpected (I7).
+  OpOutcome apply(int64_t index, const Op& op);
+
+ private:
+  std::unique_ptr<ScenarioRunner> impl_;
+};
+
+}  // namespace zerocheck

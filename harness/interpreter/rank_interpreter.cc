@@ -1,0 +1,389 @@
+// One rank's interpreter: applies an operation to this rank's engine and to the model, measures
+// what the engine holds and moved, and hands both to the oracles.
+#include "engine/engine.h"
+#include "engine/errors.h"
+#include "engine/optimizer_rebuild.h"
+#include "harness/dense_baseline.h"
+#include "harness/interpreter/interpreter.h"
+#include "harness/model/model.h"
+#include "harness/oracles/oracles.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace zerocheck {
+namespace {
+
+using zero3::Module;
+
+std::map<std::string, std::shared_ptr<Module>> modules_by_path(const std::shared_ptr<Module>& root) {
+  std::map<std::string, std::shared_ptr<Module>> out;
+  for (auto& entry : zero3::unique_modules(root)) out.emplace(entry.path, entry.module);
+  return out;
+}
+
+std::vector<at::Tensor> trainable(const Module& root) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : zero3::unique_parameters(root))
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+bool covers_exactly(torch::optim::Optimizer& optimizer, const Module& target) {
+  std::vector<const c10::TensorImpl*> have, want;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) have.push_back(p.unsafeGetTensorImpl());
+  for (auto& p : trainable(target)) want.push_back(p.unsafeGetTensorImpl());
+  std::sort(have.begin(), have.end());
+  std::sort(want.begin(), want.end());
+  return have == want;
+}
+
+int64_t storage_bytes(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+}
+
+bool same_storage(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.has_storage() && b.has_storage() &&
+         a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
+}
+
+OpOutcome applied(std::string detail) {
+  OpOutcome out;
+  out.detail = std::move(detail);
+  return out;
+}
+OpOutcome skipped(std::string why) {
+  OpOutcome out;
+  out.status = OpOutcome::Status::skipped;
+  out.detail = std::move(why);
+  return out;
+}
+OpOutcome refused(std::string error) {
+  OpOutcome out;
+  out.status = OpOutcome::Status::refused;
+  out.refused_with = std::move(error);
+  return out;
+}
+
+}  // namespace
+
+class ScenarioRunner {
+ public:
+  ScenarioRunner(const Scenario& s, zero3::Comm& comm, const RunOptions& options, std::string dir)
+      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)), ledger_(model_), twin_(s) {}
+
+  OpOutcome apply(int64_t index, const Op& op) {
+    index_ = index;
+    deferred_traffic_.reset();
+    OpOutcome outcome;
+    switch (op.kind) {
+      case OpKind::initialize: outcome = initialize(op); break;
+      case OpKind::forward: outcome = forward(op); break;
+      case OpKind::backward: outcome = backward(); break;
+      case OpKind::step: outcome = step(); break;
+      case OpKind::zero_grad: outcome = zero_grad(); break;
+      case OpKind::set_attr:
+      case OpKind::del_attr: outcome = write_attr(op); break;
+      case OpKind::release: outcome = release(false); break;
+      case OpKind::destroy: outcome = release(true); break;
+      case OpKind::save: outcome = save(); break;
+      case OpKind::load: outcome = load(); break;
+    }
+    outcome.kind = op.kind;
+    if (options_.checks_after_every_op) {
+      require(oracles::attributes(ledger_));
+      if (engine_) {
+        const auto observed = observe();
+        require(oracles::placement(expectation_, observed, comm_.rank(), engine_target_));
+        require(oracles::memory(expectation_, observed, engine_target_));
+        require(oracles::parity(expectation_, twin_, observed, comm_.rank(), comm_.world_size(), engine_target_));
+      }
+    }
+    if (deferred_traffic_) require(oracles::traffic(deferred_traffic_->operation, deferred_traffic_->expected,
+                                                    deferred_traffic_->measured, engine_target_));
+    return outcome;
+  }
+
+ private:
+  struct MeasuredTraffic {
+    std::string operation;
+    model::Traffic expected, measured;
+  };
+
+  bool enabled(const std::string& invariant) const { return options_.disabled_oracles.count(invariant) == 0; }
+
+  void require(oracles::Result found) {
+    if (!found || !enabled(found->invariant)) return;
+    found->op_index = index_;
+    found->rank = comm_.rank();
+    throw ViolationFound(std::move(*found));
+  }
+
+  // What this rank holds for each parameter the engine reports, measured from the tensors.
+  std::vector<oracles::ObservedParam> observe() const {
+    std::vector<oracles::ObservedParam> out;
+    const auto views = engine_->params();
+    const auto residency = engine_->residency();
+    for (size_t i = 0; i < views.size(); ++i) {
+      const auto& v = views[i];
+      oracles::ObservedParam o;
+      o.path = v.path;
+      o.reported_owner = v.owner;
+      o.reported_persistent = v.persistent;
+      o.param_elements = v.param.numel();
+      o.param_bytes = storage_bytes(v.param);
+      o.master_bytes = same_storage(v.master, v.param) ? 0 : storage_bytes(v.master);
+      o.grad_shard_bytes = storage_bytes(v.grad_shard);
+      const at::Tensor full_grad = v.param.grad();
+      o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
+      o.optimizer_elements = residency[i].optimizer_elements;
+      o.master = v.master;
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+
+  zero3::CommStats stats() const { return comm_.stats(); }
+
+  // ---- operations -----------------------------------------------------------------------------
+
+  OpOutcome initialize(const Op& op) {
+    auto modules = modules_by_path(model_);
+    auto it = modules.find(op.target);
+    if (it == modules.end()) return skipped(fmt::format("no module '{}'", op.target));
+    std::shared_ptr<Module> target = it->second;
+
+    std::unordered_set<const Module*> new_tree;
+    for (auto& entry : zero3::unique_modules(target)) new_tree.insert(entry.module.get());
+    model::InitializeFacts facts;
+    facts.engine_live = engine_ != nullptr;
+    for (const Module* m : engine_tree_) facts.overlaps_live_engine |= new_tree.count(m) > 0;
+    const bool same_optimizer = op.optimizer == "same" && user_optimizer_ != nullptr;
+    facts.optimizer_held_by_live_engine = same_optimizer && engine_optimizer_ == user_optimizer_.get();
+    std::unique_ptr<torch::optim::Optimizer> fresh;
+    torch::optim::Optimizer* optimizer =
+        same_optimizer ? user_optimizer_.get() : (fresh = model::make_optimizer(s_, trainable(*target))).get();
+    // From the user's attributes as they are before initialize: an engine that writes
+    // attributes must not move the goalposts.
+    auto expected = model::expect(target, s_.placement,
+                                  s_.config.zero_optimization.stage3_param_persistence_threshold, comm_.world_size());
+    const int64_t batch = s_.config.train_batch_size;
+    facts.batch_sizes_consistent =
+        batch == 0 || batch == s_.config.train_micro_batch_size_per_gpu * s_.config.gradient_accumulation_steps *
+                                   s_.world_size;
+    facts.placement_evaluates = std::holds_alternative<model::Expectation>(expected);
+    facts.optimizer_covers_target = covers_exactly(*optimizer, *target);
+    const std::optional<std::string> predicted = model::predict_initialize(facts);
+
+    // What a refused call must leave as it found: the attributes as they are now (deep copies,
+    // not the ledger: I1 judges the user's writes, I5 only this call) and the live shards.
+    std::optional<model::AttributeLedger> attrs_before;
+    std::vector<at::Tensor> masters_before;
+    if (predicted == std::optional<std::string>("AlreadyInitialized")) {
+      attrs_before.emplace(model_);
+      for (const auto& p : observe()) masters_before.push_back(p.master.detach().clone());
+    }
+
+    std::unique_ptr<zero3::Engine> created;
+    std::string raised;
+    try {
+      zero3::Config config = s_.config;
+      config.placement = s_.placement;  // the scenario's policy, handed over as the user would
+      created = zero3::initialize(target, *optimizer, config, comm_, zero3::EngineOptions(options_.fault));
+    } catch (const zero3::AlreadyInitialized&) {
+      raised = "AlreadyInitialized";
+    } catch (const zero3::ConfigError&) {
+      raised = "ConfigError";
+    } catch (const zero3::PlacementError&) {
+      raised = "PlacementError";
+    } catch (const zero3::OptimizerMismatch&) {
+      raised = "OptimizerMismatch";
+    }
+    require(oracles::initialize_outcome(predicted, created != nullptr, raised, op.target));
+    if (predicted == std::optional<std::string>("AlreadyInitialized")) {
+      require(oracles::attributes(*attrs_before, "I5"));
+      require(oracles::refused_changed_nothing(masters_before, observe()));
+    }
+    if (predicted || !created) {
+      // Only with that oracle switched off does an engine get here that the model says must not
+      // exist: it stays unreleased (releasing is collective and would touch the live engine's
+      // parameters); what it does to training is for the other oracles to see.
+      if (created) (void)created.release();
+      return refused(raised.empty() ? "nothing (accepted)" : raised);
+    }
+    engine_ = std::move(created);
+    engine_target_ = op.target;
+    engine_tree_ = std::move(new_tree);
+    engine_optimizer_ = optimizer;
+    if (fresh) user_optimizer_ = std::move(fresh);  // the user holds the new optimizer now
+    expectation_ = std::get<model::Expectation>(std::move(expected));
+    twin_.retarget(op.target);
+    pending_ = at::Tensor();
+    trace_.reset();
+    return applied(fmt::format("engine over '{}' ({} parameters)", op.target, engine_->params().size()));
+  }
+
+  OpOutcome forward(const Op& op) {
+    if (!engine_) return skipped("no live engine");
+    const auto [x, y] = model::batch_of(s_, index_, comm_.rank());
+    const auto before = stats();
+    at::Tensor out = engine_->forward(x, route_of(op));
+    const model::Traffic measured = model::traffic_between(before, stats());
+    pending_ = training_loss(out, y);
+    trace_ = std::make_unique<model::TrafficTrace>(expectation_, twin_.target(), comm_.world_size());
+    const std::vector<double> dense = twin_.forward(index_, route_of(op), trace_.get());
+    const double mine = pending_.item<double>();
+    require(oracles::loss_parity(dense[static_cast<size_t>(comm_.rank())], mine, engine_target_));
+    deferred_traffic_ = MeasuredTraffic{"forward", trace_->forward(), measured};
+    OpOutcome outcome = applied(fmt::format("loss {:.6g}", mine));
+    outcome.loss = mine;
+    return outcome;
+  }
+
+  OpOutcome backward() {
+    if (!engine_ || !pending_.defined()) return skipped("no forward to back-propagate");
+    if (!pending_.requires_grad()) {
+      pending_ = at::Tensor();
+      twin_.drop_pending();
+      return skipped("nothing trainable");
+    }
+    const auto before = stats();
+    engine_->backward(pending_);
+    const model::Traffic measured = model::traffic_between(before, stats());
+    pending_ = at::Tensor();
+    const std::set<std::string> with_gradient = twin_.backward();
+    deferred_traffic_ = MeasuredTraffic{"backward", trace_->backward(with_gradient), measured};
+    return applied("ok");
+  }
+
+  OpOutcome step() {
+    if (!engine_) return skipped("no live engine");
+    // A step changes parameters in place, so a pending forward's graph is stale: PyTorch would
+    // refuse to back-propagate it. The step consumes it.
+    pending_ = at::Tensor();
+    const auto before = stats();
+    engine_->step();
+    deferred_traffic_ = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, stats())};
+    twin_.step();
+    return applied("ok");
+  }
+
+  OpOutcome zero_grad() {
+    if (!engine_) return skipped("no live engine");
+    const auto before = stats();
+    engine_->zero_grad();
+    deferred_traffic_ = MeasuredTraffic{"zero_grad", model::Traffic{}, model::traffic_between(before, stats())};
+    twin_.zero_grad();
+    return applied("ok");
+  }
+
+  OpOutcome write_attr(const Op& op) {
+    auto modules = modules_by_path(model_);
+    model::AttributeLedger::Entry* expected = ledger_.find(op.module, "");
+    if (expected == nullptr) return skipped(fmt::format("no module '{}'", op.module));
+    Module& module = *modules.at(op.module);
+    zero3::AttrDict* actual = &module.attrs();
+    if (!op.param.empty()) {
+      expected = ledger_.find(op.module, op.param);
+      if (expected == nullptr) return skipped(fmt::format("no parameter '{}'", op.param));
+      actual = &module.param_attrs(op.param);
+    }
+    if (op.kind == OpKind::set_attr) {
+      actual->set(op.name, op.value);
+      expected->attrs.set(op.name, model::deep_copy(op.value));
+      return applied("ok");
+    }
+    if (!expected->attrs.has(op.name)) return skipped("no such attribute");
+    expected->attrs.del(op.name);
+    if (actual->has(op.name)) actual->del(op.name);
+    return applied("ok");
+  }
+
+  OpOutcome release(bool destroy) {
+    if (!engine_) return skipped("no live engine");
+    if (destroy) engine_.reset();
+    else {
+      engine_->release();
+      engine_.reset();
+    }
+    engine_tree_.clear();
+    engine_optimizer_ = nullptr;
+    pending_ = at::Tensor();
+    trace_.reset();
+    // The model is the user's again: every parameter whole and equal to the twin's.
+    require(oracles::released_parity(unique_named_parameters(modules_by_path(model_).at(engine_target_)), twin_,
+                                     engine_target_));
+    return applied("ok");
+  }
+
+  OpOutcome save() {
+    if (!engine_) return skipped("no live engine");
+    engine_->save_checkpoint(dir_);
+    saved_target_ = engine_target_;
+    saved_masters_.clear();
+    for (const auto& p : observe()) saved_masters_.push_back(p.master.detach().clone());
+    saved_optimizer_state_ = optimizer_state_fingerprint();
+    twin_.save();
+    auto consolidated = engine_->consolidated_state_dict();
+    const auto target = modules_by_path(model_).at(engine_target_);
+    zero3::GatheredParameters gathered(*engine_, *target);
+    if (comm_.rank() == 0)
+      require(oracles::consolidated(expectation_, consolidated, unique_named_parameters(target), engine_target_));
+    return applied("ok");
+  }
+
+  // A cheap, exact summary of the engine optimizer's state: every state tensor, in parameter
+  // order, concatenated.
+  at::Tensor optimizer_state_fingerprint() {
+    std::vector<at::Tensor> parts;
+    for (const auto& p : engine_->params()) {
+      at::Tensor snapshot = zero3::state_tensors_of(engine_->optimizer(), p.master);
+      if (snapshot.defined()) parts.push_back(snapshot);
+    }
+    return parts.empty() ? at::zeros({0}) : at::cat(parts);
+  }
+
+  OpOutcome load() {
+    if (!engine_) return skipped("no live engine");
+    if (!saved_target_ || *saved_target_ != engine_target_) return skipped("no checkpoint of this engine's model");
+    pending_ = at::Tensor();  // as with step: the graph would be stale
+    engine_->load_checkpoint(dir_);
+    require(oracles::round_trip(saved_masters_, saved_optimizer_state_, observe(), optimizer_state_fingerprint(),
+                                engine_target_));
+    twin_.load();
+    return applied("ok");
+  }
+
+  const Scenario& s_;
+  zero3::Comm& comm_;
+  RunOptions options_;
+  std::string dir_;
+  int64_t index_ = -1;
+  std::shared_ptr<Module> model_;
+  model::AttributeLedger ledger_;
+  model::DenseTwin twin_;
+  model::Expectation expectation_;
+  std::unique_ptr<torch::optim::Optimizer> user_optimizer_;
+  const torch::optim::Optimizer* engine_optimizer_ = nullptr;
+  std::unique_ptr<zero3::Engine> engine_;
+  std::string engine_target_;
+  std::unordered_set<const Module*> engine_tree_;
+  at::Tensor pending_;
+  std::unique_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
+  std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
+  std::optional<std::string> saved_target_;
+  std::vector<at::Tensor> saved_masters_;
+  at::Tensor saved_optimizer_state_;
+};
+
+RankInterpreter::RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
+                                 const std::string& checkpoint_dir)
+    : impl_(std::make_unique<ScenarioRunner>(scenario, comm, options, checkpoint_dir)) {}
+RankInterpreter::~RankInterpreter() = default;
+OpOutcome RankInterpreter::apply(int64_t index, const Op& op) { return impl_->apply(index, op); }
+
+}  // namespace zerocheck

@@ -1,0 +1,140 @@
+// The dense twin: one copy of the model, every rank's micro-batch through it, gradients summed
+// in rank order and divided by N once per backward; the engine must match it bit for bit.
+#include "harness/model/model.h"
+
+#include "harness/dense_baseline.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+namespace zerocheck::model {
+namespace {
+
+std::string optimizer_bytes(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void restore_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
+  optimizer.state().clear();  // load only adds state; what was saved is all there should be
+  torch::serialize::InputArchive archive;
+  std::istringstream in(bytes);
+  archive.load_from(in);
+  optimizer.load(archive);
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> batch_of(const Scenario& s, int64_t index, int rank) {
+  at::Generator g = at::detail::createCPUGenerator(s.seed * 7919ULL + static_cast<uint64_t>(index) * 104729ULL +
+                                                   static_cast<uint64_t>(rank) * 31ULL + 3);
+  at::Tensor x = at::empty({s.batch, s.features}).uniform_(-1, 1, g);
+  at::Tensor y = at::empty({s.batch, s.features}).uniform_(-1, 1, g);
+  return {x, y};
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::vector<at::Tensor> params) {
+  return s.optimizer == "sgd" ? sgd_factory(s.lr, 0.9)(std::move(params)) : adam_factory(s.lr)(std::move(params));
+}
+
+DenseTwin::DenseTwin(const Scenario& scenario) : s_(scenario), world_(scenario.world_size), root_(build_tree(scenario)) {}
+
+void DenseTwin::retarget(const std::string& path) {
+  target_.reset();
+  for (auto& entry : zero3::unique_modules(root_))
+    if (entry.path == path) target_ = entry.module;
+  params_ = unique_named_parameters(target_);
+  accum_.assign(params_.size(), at::Tensor());
+  std::vector<at::Tensor> train;
+  for (auto& [name, p] : params_)
+    if (p.requires_grad()) train.push_back(p);
+  optimizer_ = make_optimizer(s_, train);
+  pending_.clear();
+  micro_steps_ = 0;
+}
+
+std::vector<double> DenseTwin::forward(int64_t index, const zero3::Route& route, zero3::ForwardInterceptor* trace) {
+  pending_.clear();
+  std::vector<double> losses;
+  for (int r = 0; r < world_; ++r) {
+    const auto [x, y] = batch_of(s_, index, r);
+    zero3::Route cursor = route;
+    at::Tensor out;
+    if (r == 0 && trace != nullptr) {  // every rank runs the same route: one trace is the schedule
+      zero3::InterceptorScope scope(trace);
+      out = (*target_)(x, cursor);
+    } else {
+      out = (*target_)(x, cursor);
+    }
+    pending_.push_back(training_loss(out, y));
+    losses.push_back(pending_.back().item<double>());
+  }
+  return losses;
+}
+
+std::set<std::string> DenseTwin::backward() {
+  at::NoGradGuard no_grad;
+  for (auto& [name, p] : params_)
+    if (p.requires_grad()) p.mutable_grad() = at::Tensor();
+  {
+    at::AutoGradMode grad(true);
+    for (auto& loss : pending_)
+      if (loss.requires_grad()) loss.backward();
+  }
+  pending_.clear();
+  std::set<std::string> with_gradient;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor g = params_[i].second.grad();
+    if (!g.defined()) continue;
+    with_gradient.insert(params_[i].first);
+    at::Tensor averaged = g.div(world_);
+    accum_[i] = accum_[i].defined() ? accum_[i].add_(averaged) : averaged;
+    params_[i].second.mutable_grad() = at::Tensor();
+  }
+  return with_gradient;
+}
+
+void DenseTwin::step() {
+  pending_.clear();  // a step changes parameters in place: a pending graph is stale
+  if (++micro_steps_ % s_.config.gradient_accumulation_steps != 0) return;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.requires_grad()) params_[i].second.mutable_grad() = accum_[i];
+  optimizer_->step();
+  for (auto& [name, p] : params_) p.mutable_grad() = at::Tensor();
+}
+
+void DenseTwin::zero_grad() {
+  at::NoGradGuard no_grad;
+  for (auto& a : accum_)
+    if (a.defined()) a.zero_();
+}
+
+void DenseTwin::save() {
+  saved_params_.clear();
+  for (auto& [name, p] : params_) saved_params_.push_back(p.detach().clone());
+  saved_optimizer_ = optimizer_bytes(*optimizer_);
+  saved_micro_steps_ = micro_steps_;
+}
+
+void DenseTwin::load() {
+  pending_.clear();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(saved_params_[i]);
+  restore_optimizer(*optimizer_, saved_optimizer_);
+  micro_steps_ = saved_micro_steps_;
+}
+
+at::Tensor DenseTwin::param(const std::string& path) const {
+  for (const auto& [name, p] : params_)
+    if (name == path) return p;
+  return at::Tensor();
+}
+
+}  // namespace zerocheck::model

@@ -1,0 +1,112 @@
+// The collectives a forward and its backward must issue, replayed on the expectation while the
+// dense twin runs: the ZeRO-3 schedule of shared/DESIGN.md, not the engine's code.
+//
+//   forward, per module call: an unplaced module all-gathers each partitioned parameter it
+//   registers unless already whole (c*N elements) and releases them after its forward; an MoE
+//   first agrees on the expert choice (all-to-all of 2 per rank when N > 1); a placed module's
+//   call (N > 1) is three all-to-alls: metadata (3 per rank), the input and the reply (rows*features
+//   per rank each); modules inside it run whole on the owner, with no collectives.
+//   backward: each partitioned parameter of a module whose output needs a gradient is gathered
+//   again, once; a trainable partitioned parameter that got a gradient is reduce-scattered (c*N),
+//   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); each placed call
+//   sends the output gradient and the input gradient back (two all-to-alls of rows*features).
+//   Nothing else moves: a model without placed modules or MoE layers all-to-alls nothing, and no
+//   training operation broadcasts.
+#include "harness/model/model.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace zerocheck::model {
+namespace {
+
+// Identity whose output needs a gradient because `anchor` does: the engine's placed calls hang
+// on such an anchor, so everything after them needs a gradient on the engine's side too.
+class AnchoredIdentity : public torch::autograd::Function<AnchoredIdentity> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x, const at::Tensor&) {
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads.at(0), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::string Traffic::to_text() const {
+  return fmt::format("all-gather {}, reduce-scatter {}, all-reduce {}, broadcast {}, all-to-all {}", all_gather,
+                     reduce_scatter, all_reduce, broadcast, all_to_all);
+}
+
+Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& after) {
+  return Traffic{after.all_gather_elements - before.all_gather_elements,
+                 after.reduce_scatter_elements - before.reduce_scatter_elements,
+                 after.all_reduce_elements - before.all_reduce_elements,
+                 after.broadcast_elements - before.broadcast_elements,
+                 after.all_to_all_elements - before.all_to_all_elements};
+}
+
+TrafficTrace::TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target,
+                           int world_size)
+    : expectation_(expectation), world_(world_size) {
+  for (const auto& [path, module] : zero3::unique_modules(twin_target)) {
+    own_[module.get()] = expectation.own_params(path);
+    auto it = expectation.module_owner.find(path);
+    owner_[module.get()] = it == expectation.module_owner.end() ? -1 : it->second;
+  }
+}
+
+at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route& route,
+                                        const std::function<at::Tensor(const at::Tensor&)>& body) {
+  (void)route;
+  if (inside_placed_) return body(input);
+  const int owner = owner_.count(&module) ? owner_.at(&module) : -1;
+  if (owner >= 0) {
+    inside_placed_ = true;
+    at::Tensor out;
+    try {
+      out = body(input);
+    } catch (...) {
+      inside_placed_ = false;
+      throw;
+    }
+    inside_placed_ = false;
+    if (world_ == 1) return out;
+    const int64_t payload = world_ * input.size(0) * input.size(1);
+    forward_.all_to_all += 3 * world_ + 2 * payload;
+    placed_backward_elements_ += 2 * payload;
+    at::Tensor anchor = at::zeros({}).requires_grad_(true);
+    return AnchoredIdentity::apply(out, anchor);
+  }
+  if (module.kind() == "MoE" && world_ > 1) forward_.all_to_all += 2 * world_;
+  const auto& own = own_[&module];
+  bool has_partitioned = false;
+  for (const ExpectedParam* p : own) {
+    if (!p->partitioned()) continue;
+    has_partitioned = true;
+    if (whole_.insert(p).second) forward_.all_gather += p->chunk * world_;
+  }
+  at::Tensor out = body(input);
+  for (const ExpectedParam* p : own) whole_.erase(p);
+  if (has_partitioned && at::GradMode::is_enabled() && out.requires_grad())
+    for (const ExpectedParam* p : own)
+      if (p->partitioned()) regathered_.insert(p);
+  return out;
+}
+
+Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient) const {
+  Traffic t;
+  t.all_to_all = placed_backward_elements_;
+  for (const ExpectedParam* p : regathered_) t.all_gather += p->chunk * world_;
+  for (const auto& p : expectation_.params) {
+    if (!p.trainable || p.owner >= 0 || !with_gradient.count(p.path)) continue;
+    if (p.persistent) t.all_reduce += 2 * p.chunk * world_;
+    else t.reduce_scatter += p.chunk * world_;
+  }
+  return t;
+}
+
+}  // namespace zerocheck::model

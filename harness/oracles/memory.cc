@@ -1,0 +1,48 @@
+// I4: what each rank holds outside forward/backward, measured from tensor storage against the
+// shard sizes of the spec (c = ceil(n/N) fp32 elements), never against the engine's layout.
+#include "harness/oracles/matching.h"
+
+#include <fmt/format.h>
+
+namespace zerocheck::oracles {
+
+Result memory(const model::Expectation& expected, const std::vector<ObservedParam>& observed,
+              const std::string& target) {
+  return for_each_pair("I4", expected, observed, target, [&](const model::ExpectedParam& e, const ObservedParam& o) -> Result {
+    if (e.owner >= 0) return std::nullopt;  // placed: I2's
+    auto fail = [&](const std::string& want, const std::string& got, const std::string& message) {
+      return violation("I4", e.module_path, e.path, want, got, message);
+    };
+    if (e.persistent) {
+      if (!o.reported_persistent) return fail("persistent (whole on every rank)", "partitioned", "a persistent parameter is partitioned");
+      if (o.param_elements != e.numel)
+        return fail(fmt::format("{} elements", e.numel), fmt::format("{} elements", o.param_elements),
+                    "a persistent parameter is not whole");
+      if (o.full_grad_bytes != 0) return fail("no full gradient", fmt::format("{} bytes", o.full_grad_bytes),
+                                              "a persistent parameter keeps its gradient past backward");
+      return std::nullopt;
+    }
+    const int64_t shard_bytes = e.chunk * 4;
+    if (o.reported_persistent)
+      return fail(fmt::format("partitioned ({} > threshold)", e.numel), "reported persistent",
+                  "a parameter above the persistence threshold is kept whole");
+    if (o.param_bytes != 0)
+      return fail("no full data", fmt::format("{} bytes behind the model tensor", o.param_bytes),
+                  "a partitioned parameter holds full data outside forward/backward");
+    if (o.full_grad_bytes != 0)
+      return fail("no full gradient", fmt::format("{} bytes", o.full_grad_bytes),
+                  "a partitioned parameter keeps its full gradient");
+    if (o.master_bytes != shard_bytes)
+      return fail(fmt::format("{} bytes (ceil({}/N) fp32 elements)", shard_bytes, e.numel),
+                  fmt::format("{} bytes", o.master_bytes), "a rank's shard is not ceil(n/N) elements");
+    if (o.grad_shard_bytes != 0 && o.grad_shard_bytes != shard_bytes)
+      return fail(fmt::format("{} bytes or none", shard_bytes), fmt::format("{} bytes", o.grad_shard_bytes),
+                  "a shard gradient's storage is not one shard");
+    if (o.optimizer_elements % e.chunk != 0 || o.optimizer_elements > 2 * e.chunk)
+      return fail(fmt::format("0, {} or {} optimizer elements", e.chunk, 2 * e.chunk),
+                  fmt::format("{}", o.optimizer_elements), "optimizer state is not per shard");
+    return std::nullopt;
+  });
+}
+
+}  // namespace zerocheck::oracles

@@ -1,0 +1,38 @@
+// I5 and I7 at initialize: the engine raised exactly what the model predicted, and a refused
+// repeat changed nothing. A policy the model cannot evaluate is a placement promise (I2).
+#include "harness/oracles/oracles.h"
+
+#include <ATen/ATen.h>
+
+namespace zerocheck::oracles {
+
+Result initialize_outcome(const std::optional<std::string>& predicted, bool created, const std::string& raised,
+                          const std::string& target) {
+  if (!predicted) {
+    if (created) return std::nullopt;
+    return violation(raised == "PlacementError" ? "I2" : "I7", target, "", "an engine", raised,
+                     "initialize refused valid input");
+  }
+  const char* invariant = *predicted == "AlreadyInitialized" ? "I5" : *predicted == "PlacementError" ? "I2" : "I7";
+  if (created)
+    return violation(invariant, target, "", *predicted, "accepted",
+                     *predicted == "AlreadyInitialized" ? "a repeated initialize of a managed model or optimizer was accepted"
+                                                        : "initialize accepted input it must refuse");
+  if (raised != *predicted)
+    return violation(invariant, target, "", *predicted, raised, "initialize refused with an unexpected error");
+  return std::nullopt;
+}
+
+Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
+                               const std::vector<ObservedParam>& observed_after) {
+  if (masters_before.size() != observed_after.size())
+    return violation("I5", "", "", std::to_string(masters_before.size()) + " parameters",
+                     std::to_string(observed_after.size()), "a refused initialize changed the live engine's parameters");
+  for (size_t i = 0; i < masters_before.size(); ++i)
+    if (!at::equal(observed_after[i].master.detach(), masters_before[i]))
+      return violation("I5", "", observed_after[i].path, "unchanged shard", "changed",
+                       "a refused initialize changed the live engine's shard");
+  return std::nullopt;
+}
+
+}  // namespace zerocheck::oracles

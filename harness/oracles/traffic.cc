@@ -1,0 +1,13 @@
+// I8: collectives, kind by kind, against the schedule the model replayed.
+#include "harness/oracles/oracles.h"
+
+namespace zerocheck::oracles {
+
+Result traffic(const std::string& operation, const model::Traffic& expected, const model::Traffic& measured,
+               const std::string& target) {
+  if (expected == measured) return std::nullopt;
+  return violation("I8", target, operation, expected.to_text(), measured.to_text(),
+                   "the " + operation + " moved other elements than the ZeRO-3 schedule predicts");
+}
+
+}  // namespace zerocheck::oracles

@@ -1,0 +1,155 @@
+// The oracles on their own, and the faults only they catch.
+//
+// CaughtOnlyByTheSplitOracles.*: one shrunk scenario per fault that passed the oracles before
+// the model/interpreter/oracles split (fault_kill_tests runs each with its fault and expects the
+// catalogued invariant in the failure). Oracles.*: the model and the oracles fed by hand, so each
+// is seen to fail without any engine fault.
+#include <gtest/gtest.h>
+
+#include "harness/fault_under_test.h"
+#include "harness/interpreter/interpreter.h"
+#include "harness/model/model.h"
+#include "harness/oracles/oracles.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace zerocheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+Scenario scenario_file(const std::string& name) {
+  std::ifstream in(fs::path(ZEROCHECK_SOURCE_DIR) / "harness/tests/oracle_scenarios" / (name + ".json"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_scenario(text.str());
+}
+
+void expect_holds(const std::string& name) {
+  const Verdict v = run_scenario(scenario_file(name), RunOptions{fault_under_test()});
+  EXPECT_TRUE(v.ok()) << "VIOLATION " << v.violation->to_text();
+}
+
+TEST(CaughtOnlyByTheSplitOracles, PartitionedKeptPersistent) { expect_holds("partitioned-kept-persistent"); }
+TEST(CaughtOnlyByTheSplitOracles, PlacedWithoutPolicy) { expect_holds("placed-without-policy"); }
+TEST(CaughtOnlyByTheSplitOracles, TensorAttrChangedInPlace) { expect_holds("tensor-attr-changed-in-place"); }
+TEST(CaughtOnlyByTheSplitOracles, ShardChunkAligned) { expect_holds("shard-chunk-aligned"); }
+TEST(CaughtOnlyByTheSplitOracles, GradShardOverallocated) { expect_holds("grad-shard-overallocated"); }
+TEST(CaughtOnlyByTheSplitOracles, ExtraCollectivePerStep) { expect_holds("extra-collective-per-step"); }
+TEST(CaughtOnlyByTheSplitOracles, RefuseGradientAccumulation) { expect_holds("refuse-gradient-accumulation"); }
+TEST(CaughtOnlyByTheSplitOracles, PlacedCopiesKept) { expect_holds("placed-copies-kept"); }
+TEST(CaughtOnlyByTheSplitOracles, RepeatRefusedWithWrongError) { expect_holds("repeat-refused-with-wrong-error"); }
+
+// ---- the model and the oracles by hand --------------------------------------------------------
+
+Scenario one_node(const std::string& kind, std::vector<int64_t> shape = {}) {
+  Scenario s;
+  s.world_size = 2;
+  NodeSpec node;
+  node.kind = kind;
+  node.shape = std::move(shape);
+  s.tree.push_back(node);
+  return s;
+}
+
+model::Expectation expectation_of(const std::shared_ptr<zero3::Module>& root, const zero3::PlacementSpec& spec,
+                                  int64_t threshold, int world) {
+  auto e = model::expect(root, spec, threshold, world);
+  EXPECT_TRUE(std::holds_alternative<model::Expectation>(e));
+  return std::get<model::Expectation>(e);
+}
+
+TEST(Oracles, TheLedgerKeepsItsOwnCopyOfTensorAttributes) {
+  auto root = build_tree(one_node("Tanh"));
+  root->attrs().set("scale", zero3::AttrValue(at::arange(3, at::kFloat)));
+  const model::AttributeLedger ledger(root);
+  EXPECT_FALSE(oracles::attributes(ledger).has_value());
+  std::get<at::Tensor>(root->attrs().get("scale").storage()).mul_(0.5);  // same object, new values
+  const auto v = oracles::attributes(ledger);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->invariant, "I1");
+  EXPECT_EQ(v->attribute, "scale");
+}
+
+TEST(Oracles, OwnersComeFromTheUsersAttributesByPythonsModulo) {
+  zero3::PlacementSpec spec;
+  spec.kind = zero3::PlacementSpec::Kind::attr_mod;
+  spec.attr = "id";
+  Scenario s = one_node("MoE");
+  s.tree[0].children = {1, 2};
+  NodeSpec expert;
+  expert.kind = "Expert";
+  expert.attrs = {{"id", zero3::AttrValue(int64_t{5})}};
+  s.tree.push_back(expert);
+  expert.attrs = {{"id", zero3::AttrValue(int64_t{-1})}};
+  s.tree.push_back(expert);
+  s.features = 2;
+  const auto root = build_tree(s);
+  const auto e = expectation_of(root, spec, 0, 4);
+  EXPECT_EQ(e.module_owner.at(""), -1);
+  EXPECT_EQ(e.module_owner.at("experts.0"), 1);
+  EXPECT_EQ(e.module_owner.at("experts.1"), 3);  // -1 mod 4, as Python computes it
+  for (const auto& p : e.params) EXPECT_EQ(p.owner, p.path.rfind("experts.0", 0) == 0 ? 1 : 3) << p.path;
+  root->named_zero3_children()[0].second->named_zero3_children()[0].second->attrs().del("id");
+  EXPECT_TRUE(std::holds_alternative<model::PlacementRefusal>(model::expect(root, spec, 0, 4)));
+}
+
+TEST(Oracles, ShardsAreCeilNOverNWithZeroPadding) {
+  const at::Tensor full = at::arange(1, 6, at::kFloat);  // 5 elements over 2 ranks: c = 3
+  EXPECT_TRUE(at::equal(model::expected_shard(full, 2, 0), at::tensor({1.f, 2.f, 3.f})));
+  EXPECT_TRUE(at::equal(model::expected_shard(full, 2, 1), at::tensor({4.f, 5.f, 0.f})));
+  EXPECT_EQ(model::chunk_of(5, 2), 3);
+  EXPECT_EQ(model::chunk_of(0, 3), 0);
+}
+
+TEST(Oracles, EveryParameterOnEitherSideMustBeMatched) {
+  Scenario s = one_node("Linear");
+  s.features = 3;
+  const auto root = build_tree(s);
+  const auto e = expectation_of(root, {}, 0, 2);
+  ASSERT_EQ(e.params.size(), 2u);  // weight and bias
+  std::vector<oracles::ObservedParam> observed;
+  for (const auto& p : e.params) {
+    oracles::ObservedParam o;
+    o.path = p.path;
+    o.master_bytes = p.chunk * 4;
+    observed.push_back(o);
+  }
+  EXPECT_FALSE(oracles::memory(e, observed, "").has_value());
+  auto missing = observed;
+  missing.pop_back();
+  for (const auto& check : {oracles::memory(e, missing, ""), oracles::placement(e, missing, 0, "")}) {
+    ASSERT_TRUE(check.has_value());
+    EXPECT_EQ(check->attribute, e.params.back().path);
+  }
+  auto extra = observed;
+  extra.push_back(observed.front());
+  extra.back().path = "ghost";
+  ASSERT_TRUE(oracles::memory(e, extra, "").has_value());
+  EXPECT_EQ(oracles::memory(e, extra, "")->attribute, "ghost");
+  observed.front().reported_persistent = true;  // the engine's word does not set the expectation
+  ASSERT_TRUE(oracles::memory(e, observed, "").has_value());
+  EXPECT_EQ(oracles::memory(e, observed, "")->invariant, "I4");
+}
+
+TEST(Oracles, TrafficIsComparedKindByKind) {
+  model::Traffic expected{10, 10, 0, 0, 0};
+  EXPECT_FALSE(oracles::traffic("backward", expected, expected, "").has_value());
+  model::Traffic measured = expected;
+  measured.broadcast = 1;  // a kind the model does not use must stay at zero
+  const auto v = oracles::traffic("backward", expected, measured, "");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->invariant, "I8");
+}
+
+TEST(Oracles, EachInvariantCanBeSwitchedOffByName) {
+  EXPECT_EQ(oracles::parse_invariants("I3,I8"), (std::set<std::string>{"I3", "I8"}));
+  EXPECT_THROW(oracles::parse_invariants("I9"), zero3::UsageError);
+}
+
+}  // namespace
+}  // namespace zerocheck
