@@ -75,6 +75,23 @@ std::shared_ptr<Module> build_seed(uint64_t seed) {
   return root;
 }
 
+// Frozen parameters where they change the schedule, and a zero-size one.
+std::shared_ptr<Module> build_frozen(uint64_t seed) {
+  auto root = std::make_shared<zero3::Sequential>();
+  auto frozen_input = make<zero3::Linear>(8, 8);
+  auto frozen_inner = make<zero3::Linear>(16, 16);
+  root->push_back(frozen_input);
+  root->push_back(make<zero3::Linear>(8, 16));
+  root->push_back(make<zero3::Tanh>());
+  root->push_back(frozen_inner);
+  root->push_back(make<zero3::Offset>(std::vector<int64_t>{0}));
+  root->push_back(make<zero3::Linear>(16, 4));
+  zero3::init_parameters(*root, seed);
+  for (auto* frozen : {frozen_input.get(), frozen_inner.get()})
+    for (auto& p : frozen->parameters()) p.requires_grad_(false);
+  return root;
+}
+
 }  // namespace
 
 ModelSpec model_spec(const std::string& name) {
@@ -90,10 +107,11 @@ ModelSpec model_spec(const std::string& name) {
     return {name, 8, 4, build_moe,
             [](int64_t step, int rank) { return zero3::Route({(step + rank) % 4}); }, by_id};
   if (name == "seed") return {name, 128, 128, build_seed, no_route, by_id};
+  if (name == "frozen") return {name, 8, 4, build_frozen, no_route, {}};
   throw zero3::UsageError("unknown model '" + name + "' (expected one of: " + model_names() + ")");
 }
 
-std::string model_names() { return "mlp, odd, moe, moe-placed, seed"; }
+std::string model_names() { return "mlp, odd, moe, moe-placed, seed, frozen"; }
 
 Batch make_batch(const ModelSpec& spec, uint64_t seed, int64_t step, int rank, int64_t batch_size) {
   at::Generator generator =

@@ -6,6 +6,8 @@
 //   moe  - a Linear, an MoE of 4 experts routed by step (the same on every rank), a Linear.
 //   moe-placed - the same tree with experts placed by their user attribute `id` mod N, each rank
 //          routing to a different expert in every step.
+//   frozen - Linear(8,8) frozen, Linear(8,16), Tanh, Linear(16,16) frozen, a zero-size Offset,
+//          Linear(16,4): frozen parameters before and after the first trainable one.
 //   seed - the bug report's model: 60 experts, each one Linear(128,128), expert i with user
 //          attribute id = i, run through all experts in order.
 #pragma once
@@ -37,7 +39,7 @@ struct ModelSpec {
 
 // Returns the spec of `name`. Throws zero3::UsageError listing the known names.
 ModelSpec model_spec(const std::string& name);
-// Returns "mlp, odd, moe, moe-placed, seed".
+// Returns "mlp, odd, moe, moe-placed, seed, frozen".
 std::string model_names();
 
 struct Batch {

@@ -3,7 +3,10 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/legacy_mode.h"
+#include "harness/interpreter/interpreter.h"
+#include "harness/model/model.h"
 #include "harness/models.h"
+#include "harness/oracles/oracles.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -50,7 +53,7 @@ bool ReproReport::ids_intact() const {
 
 bool ReproReport::intact() const {
   return ids_intact() && placement_after == placement_before &&
-         placement_observed == placement_before && reinit_error.has_value() &&
+         placement_observed == placement_before && placement_oracle.empty() && reinit_error.has_value() &&
          !forward_error.has_value();
 }
 
@@ -65,6 +68,7 @@ ReproReport run_repro_seed(const ReproOptions& options) {
   world.comm = options.comm;
   // holds[rank][expert]: whether that rank holds storage for the expert's weight.
   std::vector<std::vector<bool>> holds(options.world_size, std::vector<bool>(60, false));
+  std::vector<std::string> placement_oracle(options.world_size);  // I2's finding on each rank
   run_world(world, [&](zero3::Comm& comm) {
     ReproReport mine;
     auto model = model_spec("seed").build(0);
@@ -76,7 +80,13 @@ ReproReport run_repro_seed(const ReproOptions& options) {
     zero3::PlacementSpec by_id;
     by_id.kind = zero3::PlacementSpec::Kind::attr_mod;
     by_id.attr = "id";
+    // I2's expectation, from the user's attributes before initialize (harness/model).
+    const auto expected = model::expect(model, by_id, config.zero_optimization.stage3_param_persistence_threshold,
+                                        comm.world_size());
     auto engine = zero3::initialize(model, optimizer, with_placement(config, by_id), comm, engine_options);
+    if (const auto found = oracles::placement(std::get<model::Expectation>(expected), observe(*engine), comm.rank(), ""))
+      placement_oracle[comm.rank()] =
+          fmt::format("{}: '{}' expected {}, is {}", found->message, found->attribute, found->expected, found->actual);
     mine.ids_after_init = expert_ids(*model);
     for (const auto& r : engine->residency()) {
       // "0.<i>.linear.weight": expert i's weight
@@ -114,6 +124,8 @@ ReproReport run_repro_seed(const ReproOptions& options) {
       if (holds[r][expert]) owner = owner == -1 ? r : -2;
     report.placement_observed.push_back(owner < 0 ? -1 : owner);
   }
+  for (int r = 0; r < options.world_size; ++r)
+    if (!placement_oracle[r].empty()) report.placement_oracle.push_back(fmt::format("rank {}: {}", r, placement_oracle[r]));
   return report;
 }
 
@@ -127,6 +139,7 @@ nlohmann::json ReproReport::to_json() const {
                      {"placement_before", placement_before},
                      {"placement_after", placement_after},
                      {"placement_observed", placement_observed},
+                     {"placement_oracle", placement_oracle},
                      {"forward_error", nullptr},
                      {"forward_output_sum", forward_output_sum},
                      {"intact", intact()}};
@@ -147,6 +160,7 @@ std::string ReproReport::to_text() const {
   out += fmt::format("placement (rank = id mod {}) after:  {}\n", world_size,
                      fmt::join(placement_after, " "));
   out += fmt::format("placement observed (who holds the bytes): {}\n", fmt::join(placement_observed, " "));
+  for (const auto& finding : placement_oracle) out += "placement oracle (I2): " + finding + "\n";
   out += forward_error ? fmt::format("forward through 60 experts: FAILED: {}\n", *forward_error)
                        : fmt::format("forward through 60 experts: ok (output sum {:.6g})\n",
                                      forward_output_sum);
@@ -156,6 +170,7 @@ std::string ReproReport::to_text() const {
   if (placement_after != placement_before) broken.push_back("experts moved to other ranks");
   if (placement_observed != placement_before)
     broken.push_back("the experts' bytes do not live where the user placed them");
+  if (!placement_oracle.empty()) broken.push_back("the placement oracle (I2) failed");
   if (!reinit_error) broken.push_back("a repeated initialize was accepted");
   if (forward_error) broken.push_back("the forward failed");
   out += broken.empty() ? "verdict: INTACT\n"

@@ -41,6 +41,7 @@ struct ReproReport {
   std::vector<int64_t> placement_after;      // from the ids right after initialize
   std::vector<int64_t> placement_observed;   // from residency: the one rank holding each expert
                                              // (-1: none or several)
+  std::vector<std::string> placement_oracle;  // I2 (harness/oracles) on each rank that found a violation
   std::optional<std::string> forward_error;
   double forward_output_sum = 0;
 

@@ -2,7 +2,9 @@
 
 #include "engine/engine.h"
 #include "engine/optimizer_rebuild.h"
-#include "harness/accounting.h"
+#include "harness/interpreter/interpreter.h"
+#include "harness/model/model.h"
+#include "harness/oracles/oracles.h"
 #include "harness/dense_baseline.h"
 #include "harness/models.h"
 
@@ -11,16 +13,21 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <mutex>
 
 namespace zerocheck {
 namespace {
 
-// Everything the dense side knows per step, computed before the world starts.
+// What the dense side and the model know per step, computed before the world starts.
 struct DenseRun {
   std::vector<double> losses;
-  std::vector<int64_t> expected_elements;                  // per step
+  // per step, per rank: what forward and backward must move (model/traffic.cc)
+  std::vector<std::vector<std::pair<model::Traffic, model::Traffic>>> traffic;
   std::vector<std::vector<int64_t>> expected_state_bytes;  // per step, per rank, after the step
   std::map<std::string, at::Tensor> final_parameters;
 };
@@ -45,39 +52,65 @@ std::vector<zero3::Route> routes_of(const ModelSpec& spec, int64_t step, int wor
   return routes;
 }
 
-void count_calls(zero3::Module& model, CallCounter& counter, const at::Tensor& input,
-                 const zero3::Route& route) {
-  zero3::InterceptorScope scope(&counter);
-  at::NoGradGuard no_grad;
-  zero3::Route cursor = route;
-  model(input, cursor);
+std::vector<at::Tensor> trainable_parameters(const zero3::Module& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : zero3::unique_parameters(model))
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// Replays one rank's forward on the dense model with the schedule traced, and finds which
+// parameters its backward reaches (without touching the dense model's gradients).
+std::pair<model::Traffic, model::Traffic> rank_traffic(zero3::Module& dense, const std::shared_ptr<zero3::Module>& root,
+                                                       const model::Expectation& expected, int world,
+                                                       const Batch& batch, const zero3::Route& route,
+                                                       std::set<std::string>& trained) {
+  model::TrafficTrace trace(expected, root, world);
+  at::Tensor loss;
+  {
+    zero3::InterceptorScope scope(&trace);
+    zero3::Route cursor = route;
+    loss = training_loss(dense(batch.input, cursor), batch.target);
+  }
+  std::set<std::string> reached;
+  if (loss.requires_grad()) {
+    const auto named = unique_named_parameters(root);
+    std::vector<std::string> paths;
+    std::vector<at::Tensor> inputs;
+    for (const auto& [path, p] : named)
+      if (p.requires_grad()) paths.push_back(path), inputs.push_back(p);
+    const auto grads = torch::autograd::grad({loss}, inputs, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                             /*allow_unused=*/true);
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined()) reached.insert(paths[i]);
+  }
+  trained.insert(reached.begin(), reached.end());
+  return {trace.forward(), trace.backward(reached)};
 }
 
 DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states) {
   DenseRun run;
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
-  const int64_t threshold = config.zero_optimization.stage3_param_persistence_threshold;
   auto model = spec.build(options.seed);
-  const Owners owners = placement_owners(model, config.placement, world);
+  auto expected = model::expect(model, config.placement, config.zero_optimization.stage3_param_persistence_threshold,
+                                world);
+  if (auto* refusal = std::get_if<model::PlacementRefusal>(&expected))
+    throw zero3::UsageError("model '" + spec.name + "': its placement cannot be evaluated: " + refusal->reason);
+  const model::Expectation& expectation = std::get<model::Expectation>(expected);
   DenseBaseline dense(model, adam_factory(options.lr));
-  CallCounter calls_so_far;
+  std::set<std::string> trained;  // parameters that have had a gradient on some rank so far
   for (int64_t step = 0; step < options.steps; ++step) {
     std::vector<Batch> batches;
-    for (int r = 0; r < world; ++r)
-      batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
+    for (int r = 0; r < world; ++r) batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
     const std::vector<zero3::Route> routes = routes_of(spec, step, world);
-    // Partitioned modules run alike on every rank, so rank 0's calls give the traffic; any
-    // rank's calls make a module "trained so far".
-    CallCounter step_calls;
-    count_calls(*model, step_calls, batches[0].input, routes[0]);
-    for (int r = 0; r < world; ++r) count_calls(*model, calls_so_far, batches[r].input, routes[r]);
-    run.expected_elements.push_back(
-        expected_elements_per_step(model, step_calls, world, threshold, owners));
+    std::vector<std::pair<model::Traffic, model::Traffic>> traffic;
+    for (int r = 0; r < world; ++r)
+      traffic.push_back(rank_traffic(*model, model, expectation, world, batches[r], routes[r], trained));
+    run.traffic.push_back(traffic);
     std::vector<int64_t> bytes;
     for (int r = 0; r < world; ++r)
-      bytes.push_back(expected_state_bytes(model, calls_so_far, world, r, threshold,
-                                           optimizer_states, owners));
+      bytes.push_back(model::expected_state_bytes(expectation, trained, r, optimizer_states));
     run.expected_state_bytes.push_back(bytes);
     run.losses.push_back(mean_in_rank_order(dense.step(batches, routes)));
   }
@@ -103,14 +136,18 @@ TrainReport run_training(const TrainOptions& options) {
   report.dense_losses = dense.losses;
   report.state_bytes_per_rank.assign(world, 0);
   report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
-
   std::vector<std::vector<double>> rank_losses(world, std::vector<double>(options.steps));
-  std::vector<int64_t> elements(world, 0);
+  std::vector<model::Traffic> last_step(world);
   std::map<std::string, at::Tensor> consolidated;
   std::mutex problems_mutex;
   auto problem = [&](const std::string& what) {
     std::lock_guard<std::mutex> lock(problems_mutex);
     report.problems.push_back(what);
+  };
+  auto judge = [&](int rank, int64_t step, const oracles::Result& found) {
+    if (found)
+      problem(fmt::format("rank {} step {}: {} {}: expected {}, measured {}", rank, step, found->invariant,
+                          found->message, found->expected, found->actual));
   };
 
   WorldOptions world_options;
@@ -120,36 +157,51 @@ TrainReport run_training(const TrainOptions& options) {
   run_world(world_options, [&](zero3::Comm& comm) {
     const int rank = comm.rank();
     auto model = spec.build(options.seed);
-    auto user_optimizer = adam_factory(options.lr)(zero3::unique_parameters(*model));
-    zero3::EngineOptions engine_options;
-    engine_options.fault = options.fault;
-    auto engine = zero3::initialize(model, *user_optimizer, config, comm, engine_options);
+    auto user_optimizer = adam_factory(options.lr)(trainable_parameters(*model));
+    auto engine = zero3::initialize(model, *user_optimizer, config, comm, zero3::EngineOptions(options.fault));
     for (int64_t step = 0; step < options.steps; ++step) {
       if (rank == options.fail_rank && step == options.fail_step)
-        throw zero3::UsageError("injected failure at step " + std::to_string(step) +
-                                " (--fail-rank)");
+        throw zero3::UsageError("injected failure at step " + std::to_string(step) + " (--fail-rank)");
       const Batch batch = make_batch(spec, options.seed, step, rank, options.batch_size);
-      comm.reset_stats();
-      at::Tensor loss =
-          training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
+      const auto& [forward_expected, backward_expected] = dense.traffic[step][rank];
+      // Every collective kind, every operation of every step (I8).
+      auto before = comm.stats();
+      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
+      const model::Traffic forward = model::traffic_between(before, comm.stats());
+      judge(rank, step, oracles::traffic("forward", forward_expected, forward, ""));
+      before = comm.stats();
       engine->backward(loss);
+      const model::Traffic backward = model::traffic_between(before, comm.stats());
+      judge(rank, step, oracles::traffic("backward", backward_expected, backward, ""));
+      before = comm.stats();
       engine->step();
-      elements[rank] = comm.stats().all_gather_elements + comm.stats().reduce_scatter_elements;
+      engine->zero_grad();
+      judge(rank, step, oracles::traffic("step and zero_grad", model::Traffic{}, model::traffic_between(before, comm.stats()), ""));
+      last_step[rank] = forward;
+      last_step[rank] += backward;
       rank_losses[rank][step] = loss.item<double>();
+      // State bytes, measured from storage, after every step (I4's yardstick).
+      const int64_t held = measured_state_bytes(*engine);
+      if (held != dense.expected_state_bytes[step][rank])
+        problem(fmt::format("rank {} step {}: holds {} state bytes, expected {}", rank, step, held,
+                            dense.expected_state_bytes[step][rank]));
+      if (step == options.steps - 1) report.state_bytes_per_rank[rank] = held;
+      // Padding stays zero (I3), cut where the spec cuts: c = ceil(n/N), rank r owns [r*c, (r+1)*c).
       for (const auto& p : engine->params()) {
         if (p.persistent || p.owner >= 0) continue;
-        if (p.param.numel() != 0)
-          problem("rank " + std::to_string(rank) + " step " + std::to_string(step) + ": '" +
-                  p.path + "' holds " + std::to_string(p.param.numel()) +
-                  " elements of full data outside forward/backward");
-        const int64_t real = p.layout.real_in_shard(rank);
-        at::Tensor padding = p.master.detach().narrow(0, real, p.layout.chunk() - real);
+        int64_t numel = 1;
+        for (int64_t d : p.shape) numel *= d;
+        const int64_t c = model::chunk_of(numel, world);
+        const int64_t real = std::clamp<int64_t>(numel - rank * c, 0, c);
+        if (p.master.numel() != c) {
+          problem(fmt::format("rank {} step {}: the shard of '{}' has {} elements, expected ceil({}/{}) = {}", rank,
+                              step, p.path, p.master.numel(), numel, world, c));
+          continue;
+        }
+        at::Tensor padding = p.master.detach().narrow(0, real, c - real);
         if (padding.numel() > 0 && padding.abs().max().item<double>() != 0.0)
-          problem("rank " + std::to_string(rank) + " step " + std::to_string(step) +
-                  ": padding of '" + p.path + "' is not zero");
+          problem(fmt::format("rank {} step {}: padding of '{}' is not zero", rank, step, p.path));
       }
-      if (step == options.steps - 1) report.state_bytes_per_rank[rank] = engine->measured_state_bytes();
-      engine->zero_grad();
     }
     auto state = engine->consolidated_state_dict();
     if (rank == 0) consolidated = std::move(state);
@@ -159,8 +211,7 @@ TrainReport run_training(const TrainOptions& options) {
     std::vector<double> per_rank;
     for (int r = 0; r < world; ++r) per_rank.push_back(rank_losses[r][step]);
     report.losses.push_back(mean_in_rank_order(per_rank));
-    report.max_loss_abs_diff =
-        std::max(report.max_loss_abs_diff, std::abs(report.losses.back() - dense.losses[step]));
+    report.max_loss_abs_diff = std::max(report.max_loss_abs_diff, std::abs(report.losses.back() - dense.losses[step]));
   }
   std::vector<std::string> differing;  // which parameters broke parity, and by how much
   for (const auto& [path, expected] : dense.final_parameters) {
@@ -170,8 +221,7 @@ TrainReport run_training(const TrainOptions& options) {
       continue;
     }
     if (it->second.sizes() != expected.sizes()) {
-      problem("'" + path + "' has shape " + c10::str(it->second.sizes()) + ", dense has " +
-              c10::str(expected.sizes()));
+      problem("'" + path + "' has shape " + c10::str(it->second.sizes()) + ", dense has " + c10::str(expected.sizes()));
       continue;
     }
     if (expected.numel() == 0) continue;
@@ -179,27 +229,30 @@ TrainReport run_training(const TrainOptions& options) {
     report.max_param_abs_diff = std::max(report.max_param_abs_diff, diff);
     if (diff > kParityTolerance) differing.push_back(fmt::format("'{}' by {:g}", path, diff));
   }
-  report.elements_moved_per_step = elements[0];
-  report.expected_elements_per_step = dense.expected_elements.back();
-
+  const auto& [forward0, backward0] = dense.traffic.back()[0];
+  report.traffic_last_step = last_step[0];
+  report.expected_traffic_last_step = forward0;
+  report.expected_traffic_last_step += backward0;
   if (report.max_loss_abs_diff > kParityTolerance)
-    problem(fmt::format("losses differ from the dense baseline by up to {:g}",
-                        report.max_loss_abs_diff));
+    problem(fmt::format("losses differ from the dense baseline by up to {:g}", report.max_loss_abs_diff));
   if (report.max_param_abs_diff > kParityTolerance)
-    problem(fmt::format("parameters differ from the dense baseline by up to {:g}: {}",
-                        report.max_param_abs_diff, fmt::join(differing, ", ")));
-  for (int r = 0; r < world; ++r) {
-    if (report.state_bytes_per_rank[r] != report.expected_state_bytes_per_rank[r])
-      problem("rank " + std::to_string(r) + " holds " +
-              std::to_string(report.state_bytes_per_rank[r]) + " state bytes, expected " +
-              std::to_string(report.expected_state_bytes_per_rank[r]));
-    if (elements[r] != report.expected_elements_per_step)
-      problem("rank " + std::to_string(r) + " moved " + std::to_string(elements[r]) +
-              " elements in the last step, expected " +
-              std::to_string(report.expected_elements_per_step));
-  }
+    problem(fmt::format("parameters differ from the dense baseline by up to {:g}: {}", report.max_param_abs_diff,
+                        fmt::join(differing, ", ")));
   return report;
 }
+
+namespace {
+nlohmann::json traffic_json(const model::Traffic& t) {
+  return {{"all_gather", t.all_gather}, {"reduce_scatter", t.reduce_scatter}, {"all_reduce", t.all_reduce},
+          {"broadcast", t.broadcast}, {"all_to_all", t.all_to_all}};
+}
+int64_t total(const model::Traffic& t) {
+  return t.all_gather + t.reduce_scatter + t.all_reduce + t.broadcast + t.all_to_all;
+}
+}  // namespace
+
+int64_t TrainReport::elements_moved_per_step() const { return total(traffic_last_step); }
+int64_t TrainReport::expected_elements_per_step() const { return total(expected_traffic_last_step); }
 
 nlohmann::json TrainReport::to_json() const {
   return nlohmann::json{{"world", world_size},
@@ -212,8 +265,10 @@ nlohmann::json TrainReport::to_json() const {
                         {"parity_tolerance", kParityTolerance},
                         {"state_bytes_per_rank", state_bytes_per_rank},
                         {"expected_state_bytes_per_rank", expected_state_bytes_per_rank},
-                        {"elements_moved_per_step", elements_moved_per_step},
-                        {"expected_elements_per_step", expected_elements_per_step},
+                        {"elements_moved_per_step", elements_moved_per_step()},
+                        {"expected_elements_per_step", expected_elements_per_step()},
+                        {"traffic_last_step", traffic_json(traffic_last_step)},
+                        {"expected_traffic_last_step", traffic_json(expected_traffic_last_step)},
                         {"problems", problems},
                         {"ok", ok()}};
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine/faults.h"
+#include "harness/model/model.h"
 #include "harness/world.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -37,9 +38,12 @@ struct TrainReport {
   double max_loss_abs_diff = 0;
   double max_param_abs_diff = 0;
   std::vector<int64_t> state_bytes_per_rank;           // measured after the last step
-  std::vector<int64_t> expected_state_bytes_per_rank;  // from accounting.h
-  int64_t elements_moved_per_step = 0;                 // all-gather + reduce-scatter, last step
-  int64_t expected_elements_per_step = 0;
+  std::vector<int64_t> expected_state_bytes_per_rank;  // from harness/model (the spec's sizes)
+  // Rank 0's forward + backward of the last step, per collective kind. Every operation of every
+  // step on every rank is compared kind by kind; a difference anywhere is in `problems`.
+  model::Traffic traffic_last_step, expected_traffic_last_step;
+  int64_t elements_moved_per_step() const;  // all kinds, last step, rank 0
+  int64_t expected_elements_per_step() const;
   std::vector<std::string> problems;  // every broken promise, in words; empty when all held
 
   bool ok() const { return problems.empty(); }

@@ -70,16 +70,24 @@ TEST(Initialize, RebuildsTheUsersOptimizerKindAndOptions) {
   on_one_rank([](Comm& comm) {
     auto model = two_linears();
     torch::optim::SGD user(unique_parameters(*model), torch::optim::SGDOptions(0.25).momentum(0.5));
-    auto engine = initialize(model, user, Config(), comm);
+    Config config;
+    config.zero_optimization.stage3_param_persistence_threshold = 0;  // every parameter partitioned
+    auto engine = initialize(model, user, config, comm);
     auto* sgd = dynamic_cast<torch::optim::SGD*>(&engine->optimizer());
     ASSERT_NE(sgd, nullptr);
     const auto& options =
         static_cast<const torch::optim::SGDOptions&>(sgd->param_groups().at(0).options());
     EXPECT_EQ(options.lr(), 0.25);
     EXPECT_EQ(options.momentum(), 0.5);
-    // It steps the engine's shards, not the user's tensors.
-    for (const auto& p : sgd->param_groups().at(0).params())
-      EXPECT_EQ(p.dim(), engine->params().at(0).persistent ? p.dim() : 1);
+    // It steps the engine's fp32 shards, not the user's tensors.
+    const auto views = engine->params();
+    const auto& stepped = sgd->param_groups().at(0).params();
+    ASSERT_EQ(stepped.size(), views.size());
+    for (size_t i = 0; i < views.size(); ++i) {
+      EXPECT_TRUE(stepped[i].is_same(views[i].master)) << views[i].path;
+      EXPECT_FALSE(stepped[i].is_same(views[i].param)) << views[i].path;
+      EXPECT_EQ(stepped[i].dim(), 1) << views[i].path;
+    }
   });
 }
 

@@ -11,6 +11,8 @@
 #include <torch/cuda.h>
 #include <torch/optim/adam.h>
 
+#include <map>
+
 namespace zero3 {
 namespace {
 
@@ -33,14 +35,30 @@ TEST(PlacementGpu, PlacedParametersLiveOnTheOwnersDevice) {
     engine->step();
     table[comm.rank()] = engine->residency();
   });
-  for (int r = 0; r < world; ++r) {
-    for (const auto& p : table[r]) {
-      if (p.path.find("experts.") != std::string::npos && p.param_elements > 0) {
-        EXPECT_EQ(p.device, rank_device(r, torch::cuda::device_count() >= world ? 1 : world).str())
-            << p.path << " on rank " << r;
+  // The owner of each expert from the user's attribute `id` mod N, computed here; every expert
+  // parameter must be whole on exactly that rank and on its device, and nowhere else.
+  std::map<std::string, int> owner_by_module;
+  for (const auto& [path, module] : unique_modules(spec.build(1)))
+    if (module->kind() == "Expert") owner_by_module[path] = static_cast<int>(module->attrs().get("id").as_int() % world);
+  ASSERT_EQ(owner_by_module.size(), 4u);
+  const int per_device = torch::cuda::device_count() >= world ? 1 : world;
+  int checked = 0;
+  for (size_t i = 0; i < table[0].size(); ++i) {
+    const std::string& path = table[0][i].path;
+    const std::string module = path.substr(0, path.rfind('.'));
+    if (!owner_by_module.count(module)) continue;
+    const int owner = owner_by_module.at(module);
+    for (int r = 0; r < world; ++r) {
+      if (r == owner) {
+        EXPECT_GT(table[r][i].param_elements, 0) << path << " is not whole on its owner, rank " << r;
+        EXPECT_EQ(table[r][i].device, rank_device(r, per_device).str()) << path << " on rank " << r;
+      } else {
+        EXPECT_EQ(table[r][i].param_elements, 0) << path << " has storage on rank " << r << ", owner " << owner;
       }
     }
+    ++checked;
   }
+  EXPECT_EQ(checked, 8) << "every expert's weight and bias must have been checked";
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ void print_text(const TrainReport& report) {
   for (size_t r = 0; r < report.state_bytes_per_rank.size(); ++r)
     fmt::print("rank {} model-state bytes: {} (expected {})\n", r, report.state_bytes_per_rank[r],
                report.expected_state_bytes_per_rank[r]);
-  fmt::print("elements moved per step: {} (expected {})\n", report.elements_moved_per_step,
-             report.expected_elements_per_step);
+  fmt::print("last step, rank 0, moved: {}\n                  expected: {}\n", report.traffic_last_step.to_text(),
+             report.expected_traffic_last_step.to_text());
   for (const auto& p : report.problems) fmt::print("VIOLATION: {}\n", p);
   fmt::print("verdict: {}\n", report.ok() ? "parity and accounting hold" : "FAILED");
 }

@@ -9,7 +9,9 @@
 #pragma once
 
 #include "engine/comm.h"
+#include "engine/engine.h"
 #include "engine/faults.h"
+#include "harness/oracles/oracles.h"
 #include "harness/scenario.h"
 #include "harness/verdict.h"
 #include "harness/world.h"
@@ -54,6 +56,14 @@ struct OpOutcome {
 // Runs `scenario` and returns what it found. Throws ScenarioError for a scenario that fails
 // validation (I7 is about the engine, not about the harness's input).
 Verdict run_scenario(const Scenario& scenario, const RunOptions& options);
+
+// What this rank holds for each parameter the engine reports, measured from the tensors (the
+// oracles' observation).
+std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine);
+
+// Returns the bytes this rank holds for model state, measured from the storage behind the
+// engine's tensors (model tensors, fp32 copies, gradients; each storage once) plus optimizer state.
+int64_t measured_state_bytes(const zero3::Engine& engine);
 
 class ScenarioRunner;
 

@@ -51,6 +51,33 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
          a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
 
+}  // namespace
+
+std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine) {
+  std::vector<oracles::ObservedParam> out;
+  const auto views = engine.params();
+  const auto residency = engine.residency();
+  for (size_t i = 0; i < views.size(); ++i) {
+    const auto& v = views[i];
+    oracles::ObservedParam o;
+    o.path = v.path;
+    o.reported_owner = v.owner;
+    o.reported_persistent = v.persistent;
+    o.param_elements = v.param.numel();
+    o.param_bytes = storage_bytes(v.param);
+    o.master_bytes = same_storage(v.master, v.param) ? 0 : storage_bytes(v.master);
+    o.grad_shard_bytes = storage_bytes(v.grad_shard);
+    const at::Tensor full_grad = v.param.grad();
+    o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
+    o.optimizer_elements = residency[i].optimizer_elements;
+    o.master = v.master;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+namespace {
+
 OpOutcome applied(std::string detail) {
   OpOutcome out;
   out.detail = std::move(detail);
@@ -123,29 +150,7 @@ class ScenarioRunner {
     throw ViolationFound(std::move(*found));
   }
 
-  // What this rank holds for each parameter the engine reports, measured from the tensors.
-  std::vector<oracles::ObservedParam> observe() const {
-    std::vector<oracles::ObservedParam> out;
-    const auto views = engine_->params();
-    const auto residency = engine_->residency();
-    for (size_t i = 0; i < views.size(); ++i) {
-      const auto& v = views[i];
-      oracles::ObservedParam o;
-      o.path = v.path;
-      o.reported_owner = v.owner;
-      o.reported_persistent = v.persistent;
-      o.param_elements = v.param.numel();
-      o.param_bytes = storage_bytes(v.param);
-      o.master_bytes = same_storage(v.master, v.param) ? 0 : storage_bytes(v.master);
-      o.grad_shard_bytes = storage_bytes(v.grad_shard);
-      const at::Tensor full_grad = v.param.grad();
-      o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
-      o.optimizer_elements = residency[i].optimizer_elements;
-      o.master = v.master;
-      out.push_back(std::move(o));
-    }
-    return out;
-  }
+  std::vector<oracles::ObservedParam> observe() const { return zerocheck::observe(*engine_); }
 
   zero3::CommStats stats() const { return comm_.stats(); }
 
@@ -379,6 +384,13 @@ class ScenarioRunner {
   std::vector<at::Tensor> saved_masters_;
   at::Tensor saved_optimizer_state_;
 };
+
+int64_t measured_state_bytes(const zero3::Engine& engine) {
+  int64_t bytes = 0;
+  for (const auto& o : observe(engine))
+    bytes += o.param_bytes + o.master_bytes + o.grad_shard_bytes + o.full_grad_bytes + o.optimizer_elements * 4;
+  return bytes;
+}
 
 RankInterpreter::RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
                                  const std::string& checkpoint_dir)

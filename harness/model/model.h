@@ -158,6 +158,14 @@ struct Traffic {
     return a.all_gather == b.all_gather && a.reduce_scatter == b.reduce_scatter && a.all_reduce == b.all_reduce &&
            a.broadcast == b.broadcast && a.all_to_all == b.all_to_all;
   }
+  Traffic& operator+=(const Traffic& other) {
+    all_gather += other.all_gather;
+    reduce_scatter += other.reduce_scatter;
+    all_reduce += other.all_reduce;
+    broadcast += other.broadcast;
+    all_to_all += other.all_to_all;
+    return *this;
+  }
   std::string to_text() const;
 };
 Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& after);
@@ -186,5 +194,14 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
   bool inside_placed_ = false;
   Traffic forward_;
 };
+
+// ---- state bytes ------------------------------------------------------------------------------
+
+// The bytes `rank` must hold for model state after a step: per parameter, c = ceil(n/N) fp32
+// elements when partitioned, n when persistent or placed here, nothing when placed elsewhere;
+// times (1 + gradient + `optimizer_states`) once it has had a gradient (`trained` holds those
+// paths; a frozen or never-reached parameter keeps only its copy).
+int64_t expected_state_bytes(const Expectation& expected, const std::set<std::string>& trained, int rank,
+                             int64_t optimizer_states);
 
 }  // namespace zerocheck::model

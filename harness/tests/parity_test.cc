@@ -26,13 +26,13 @@ TEST_P(Parity, ShardedTrainingEqualsDenseTraining) {
   ASSERT_EQ(report.losses.size(), 6u);
   EXPECT_EQ(report.losses, report.dense_losses);
   EXPECT_EQ(report.max_param_abs_diff, 0.0);
-  EXPECT_GT(report.expected_elements_per_step, 0);
-  EXPECT_EQ(report.elements_moved_per_step, report.expected_elements_per_step);
+  EXPECT_GT(report.expected_elements_per_step(), 0);
+  EXPECT_EQ(report.elements_moved_per_step(), report.expected_elements_per_step());
   EXPECT_EQ(report.state_bytes_per_rank, report.expected_state_bytes_per_rank);
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndWorlds, Parity,
-                         ::testing::Combine(::testing::Values("mlp", "odd", "moe", "moe-placed"),
+                         ::testing::Combine(::testing::Values("mlp", "odd", "moe", "moe-placed", "frozen"),
                                             ::testing::Values(1, 2, 3, 4, 5)),
                          [](const auto& info) {
                            std::string model = std::get<0>(info.param);
@@ -67,8 +67,29 @@ TEST(Parity, TheFormulaOfDesignHoldsWhenEveryModuleRunsOnce) {
   options.steps = 2;
   const TrainReport report = run_training(options);
   const int64_t padded = 512 + 32 + 1024 + 32 + 256 + 8;
-  EXPECT_EQ(report.elements_moved_per_step, 3 * padded);
+  EXPECT_EQ(report.elements_moved_per_step(), 3 * padded);
   EXPECT_EQ(report.state_bytes_per_rank.at(0), 16 * padded / 4);
+}
+
+TEST(Parity, FrozenPartitionedParametersAreGatheredAgainForBackwardButNeverReduced) {
+  // frozen: Linear(8,8) frozen at the input (its output needs no gradient: no re-gather),
+  // Linear(8,16), Tanh, Linear(16,16) frozen (its input needs a gradient: re-gathered), a
+  // zero-size Offset, Linear(16,4). Every parameter is partitioned (threshold 0) except the
+  // zero-size one, which is persistent and all-reduces nothing.
+  TrainOptions options;
+  options.model = "frozen";
+  options.world_size = 2;
+  options.steps = 2;
+  const TrainReport report = run_training(options);
+  for (const auto& p : report.problems) ADD_FAILURE() << p;
+  const int64_t first = 64 + 8, trained = 128 + 16 + 64 + 4, frozen_inner = 256 + 16;  // c*N on 2 ranks
+  EXPECT_EQ(report.traffic_last_step.all_gather, first + trained + frozen_inner + trained + frozen_inner);
+  EXPECT_EQ(report.traffic_last_step.reduce_scatter, trained);
+  EXPECT_EQ(report.traffic_last_step.all_reduce, 0);
+  EXPECT_EQ(report.traffic_last_step.broadcast, 0);
+  EXPECT_EQ(report.traffic_last_step.all_to_all, 0) << "an unplaced model without MoE uses no all-to-all";
+  // Frozen parameters keep only their shard; trained ones add a gradient shard and Adam's two states.
+  EXPECT_EQ(report.state_bytes_per_rank.at(0), 4 * (first + frozen_inner) / 2 + 16 * trained / 2);
 }
 
 TEST(Parity, GlooAndLocalCommsTrainBitIdentically) {
@@ -82,7 +103,7 @@ TEST(Parity, GlooAndLocalCommsTrainBitIdentically) {
   EXPECT_TRUE(local.ok());
   EXPECT_TRUE(gloo.ok());
   EXPECT_EQ(local.losses, gloo.losses);
-  EXPECT_EQ(local.elements_moved_per_step, gloo.elements_moved_per_step);
+  EXPECT_EQ(local.elements_moved_per_step(), gloo.elements_moved_per_step());
   EXPECT_EQ(local.state_bytes_per_rank, gloo.state_bytes_per_rank);
 }
 
