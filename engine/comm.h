@@ -6,8 +6,9 @@
 // that accumulates micro-batch gradients in the same order matches them exactly.
 //
 // Accounting: each call adds the size of the full (world-wide) buffer it moves: all_gather its
-// output (c*N), reduce_scatter its input (c*N), all_reduce twice its size (it is a reduce-scatter
-// followed by an all-gather), all_to_all its input. Reduce-scatter is never all-reduce + slice.
+// output (c*N), reduce_scatter its input (c*N), all_reduce 2*c*N for n elements (a padded
+// reduce-scatter followed by an all-gather), all_to_all its input. Reduce-scatter is never
+// all-reduce + slice.
 //
 // Requires: every rank calls the collectives in the same order with the same sizes.
 // Thread-safety: one Comm per rank; a Comm is used by one thread at a time.

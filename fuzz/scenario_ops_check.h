@@ -1,5 +1,5 @@
 // The scenario_ops target's check: bytes -> Scenario (harness/scenario_bytes.h) -> the one
-// interpreter (harness/runner.h) on LocalComm ranks, with oracles I1..I7 after every operation.
+// interpreter (harness/interpreter/interpreter.h) on LocalComm ranks, with oracles I1..I8 after every operation.
 //
 // The decoded scenario is passed through its JSON form before it runs, so what a violation
 // writes to disk is exactly what ran, and `zerocheck replay FILE --engine E` reproduces it.

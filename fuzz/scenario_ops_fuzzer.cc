@@ -1,4 +1,4 @@
-// libFuzzer entry: bytes -> Scenario -> the interpreter on LocalComm ranks, oracles I1..I7.
+// libFuzzer entry: bytes -> Scenario -> the interpreter on LocalComm ranks, oracles I1..I8.
 // ZEROCHECK_ENGINE picks the engine (a catalogue fault, default the reference) and
 // ZEROCHECK_FUZZ_WORLD / _MAX_NODES / _MAX_OPS narrow the decoded scenarios; a violation
 // writes the scenario JSON (see violation_scenario_path), prints the violation and its

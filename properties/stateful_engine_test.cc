@@ -1,6 +1,6 @@
 // A stateful, model-based test (rc::state) over the operation set, on one rank: the model
 // decides which operations are possible (checkPreconditions) and predicts which the engine must
-// refuse; the interpreter checks invariants I1..I7 after every command. Any unpredicted
+// refuse; the interpreter checks invariants I1..I8 after every command. Any unpredicted
 // exception is a finding.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
