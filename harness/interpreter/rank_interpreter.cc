@@ -215,9 +215,10 @@ class ScenarioRunner {
     }
     if (predicted || !created) {
       // Only with that oracle switched off does an engine get here that the model says must not
-      // exist: it stays unreleased (releasing is collective and would touch the live engine's
-      // parameters); what it does to training is for the other oracles to see.
-      if (created) (void)created.release();
+      // exist: it is kept, unused, until the scenario ends (releasing it now would touch the live
+      // engine's parameters; leaking it would leave its claims in the process-wide registry for
+      // the next scenario); what it does to training is for the other oracles to see.
+      if (created) unwanted_.push_back(std::move(created));
       return refused(raised.empty() ? "nothing (accepted)" : raised);
     }
     engine_ = std::move(created);
@@ -375,6 +376,7 @@ class ScenarioRunner {
   std::unique_ptr<torch::optim::Optimizer> user_optimizer_;
   const torch::optim::Optimizer* engine_optimizer_ = nullptr;
   std::unique_ptr<zero3::Engine> engine_;
+  std::vector<std::unique_ptr<zero3::Engine>> unwanted_;  // released first, at the end (see initialize)
   std::string engine_target_;
   std::unordered_set<const Module*> engine_tree_;
   at::Tensor pending_;

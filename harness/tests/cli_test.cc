@@ -125,6 +125,22 @@ TEST(Cli, ACheckViolationIsShrunkWrittenAndReplaysForEveryWorldSize) {
   }
 }
 
+// Every oracle is necessary: switched off, at least one catalogued fault survives every other.
+TEST(Cli, MutantsAblationShowsEveryOracleNecessary) {
+  const std::string out = temp_dir("ablate");
+  const CliRun run = run_cli("mutants --ablate --json --time-per-fault 5 --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"}) {
+    ASSERT_TRUE(json["necessary_for"].contains(invariant)) << invariant;
+    EXPECT_FALSE(json["necessary_for"][invariant].empty()) << invariant << " catches nothing the others miss";
+  }
+  EXPECT_GE(json["matrix"].size(), 20u);
+  for (const auto& row : json["matrix"])  // every cell says which oracle caught it, or that it survived
+    for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"})
+      EXPECT_TRUE(row[invariant].is_string() && row[invariant] != invariant) << row.dump();
+}
+
 TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
   const std::string out = temp_dir("mutants");
   const CliRun run = run_cli("mutants --json --time-per-fault 20 --out " + out);
