@@ -28,7 +28,7 @@ std::vector<int64_t> expert_ids(const zero3::Module& model) {
 
 std::vector<int64_t> placement_of(const std::vector<int64_t>& ids, int world) {
   std::vector<int64_t> owners;
-  for (int64_t id : ids) owners.push_back(((id % world) + world) % world);
+  for (int64_t id : ids) owners.push_back(model::owner_by_attr_mod(id, world));
   return owners;
 }
 

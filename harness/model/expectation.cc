@@ -24,8 +24,7 @@ std::variant<int, PlacementRefusal> decide(const zero3::PlacementSpec& spec, con
     if (!attrs.has(spec.attr)) return PlacementRefusal{where(path) + ": expert without '" + spec.attr + "'"};
     const auto* value = std::get_if<int64_t>(&attrs.get(spec.attr).storage());
     if (value == nullptr) return PlacementRefusal{where(path) + ": '" + spec.attr + "' is not an integer"};
-    const int64_t mod = *value % world;
-    return static_cast<int>(mod < 0 ? mod + world : mod);  // Python's %: never negative
+    return owner_by_attr_mod(*value, world);
   }
   if (spec.kind == Kind::map) {
     auto it = spec.owners.find(path);
@@ -38,6 +37,11 @@ std::variant<int, PlacementRefusal> decide(const zero3::PlacementSpec& spec, con
 }
 
 }  // namespace
+
+int owner_by_attr_mod(int64_t value, int world_size) {
+  const int64_t mod = value % world_size;
+  return static_cast<int>(mod < 0 ? mod + world_size : mod);  // Python's %: never negative
+}
 
 int64_t chunk_of(int64_t numel, int world_size) { return (numel + world_size - 1) / world_size; }
 

@@ -91,6 +91,10 @@ std::variant<Expectation, PlacementRefusal> expect(const std::shared_ptr<zero3::
                                                    const zero3::PlacementSpec& spec, int64_t threshold,
                                                    int world_size);
 
+// Returns the owner `attr_mod` gives an attribute value: value mod N as Python computes it
+// (never negative).
+int owner_by_attr_mod(int64_t value, int world_size);
+
 // Returns ceil(numel / world_size).
 int64_t chunk_of(int64_t numel, int world_size);
 // Returns rank's c elements of `full` flattened and zero-padded to c*N (the spec's layout).

@@ -59,9 +59,8 @@ TrafficTrace::TrafficTrace(const Expectation& expectation, const std::shared_ptr
   }
 }
 
-at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route& route,
+at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route&,
                                         const std::function<at::Tensor(const at::Tensor&)>& body) {
-  (void)route;
   if (inside_placed_) return body(input);
   const int owner = owner_.count(&module) ? owner_.at(&module) : -1;
   if (owner >= 0) {
