@@ -1,6 +1,7 @@
 #include "engine/config.h"
 
 #include "engine/errors.h"
+#include "engine/json_reader.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,83 +12,72 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw ConfigError(path + ": " + what);
+void throw_config_error(const std::string& message) { throw ConfigError(message); }
+
+template <class Keys>
+std::vector<std::string> names_of(const Keys& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(k.name);
+  return out;
 }
 
-int64_t read_int(const json& value, const std::string& path, int64_t lo, int64_t hi) {
-  // Booleans and floats are JSON numbers to some parsers; DeepSpeed would take them, we refuse,
-  // because `"stage": 3.5` or `true` is always a mistake.
-  if (!value.is_number_integer())
-    fail(path, std::string("expected an integer, got ") + value.type_name() + " " + value.dump());
-  int64_t v = 0;
-  if (value.is_number_unsigned()) {
-    const auto u = value.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(path, "value " + value.dump() + " is out of range [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-    v = static_cast<int64_t>(u);
-  } else {
-    v = value.get<int64_t>();
-  }
-  if (v < lo || v > hi)
-    fail(path, "value " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
-                   std::to_string(hi) + "]");
-  return v;
+struct IntKey {
+  std::string name;
+  int64_t lo;
+  int64_t hi;
+};
+
+const std::vector<IntKey>& top_level_keys() {
+  static const std::vector<IntKey> keys = {
+#define ZERO3_KEY_ROW(name, def, lo, hi, doc) {#name, lo, hi},
+      ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_KEY_ROW)};
+  return keys;
 }
 
-void read_zero_optimization(const json& section, ZeroOptimizationConfig& out) {
-  if (!section.is_object())
-    fail("zero_optimization", std::string("expected an object, got ") + section.type_name());
-  for (const auto& [key, value] : section.items()) {
-    const std::string path = "zero_optimization." + key;
-#define ZERO3_READ_KEY(name, def, lo, hi, doc) \
-  if (key == #name) {                          \
-    out.name = read_int(value, path, lo, hi);  \
-    continue;                                  \
-  }
-    ZERO3_ZERO_INT_KEYS(ZERO3_READ_KEY)
-    fail(path, "unknown key");
-  }
+const std::vector<IntKey>& zero_keys() {
+  static const std::vector<IntKey> keys = {ZERO3_ZERO_INT_KEYS(ZERO3_KEY_ROW)};
+#undef ZERO3_KEY_ROW
+  return keys;
 }
 
 }  // namespace
 
-Config Config::parse(std::string_view json_text) {
-  json parsed;
-  try {
-    parsed = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann's byte offset is the most precise "path" a syntax error has.
-    throw ConfigError("$: malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
-  } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzzing)
-    throw ConfigError(std::string("$: malformed JSON: ") + e.what());
-  }
-  return from_json(parsed);
+const std::vector<std::string>& Config::sections() {
+  static const std::vector<std::string> all = {"zero_optimization", "zerocheck"};
+  return all;
 }
 
-Config Config::from_json(const json& root) {
-  if (!root.is_object()) fail("$", std::string("expected an object, got ") + root.type_name());
+Config Config::parse(std::string_view json_text) {
+  return from_json(parse_json_strict(json_text, throw_config_error));
+}
+
+Config Config::from_json(const json& root, const std::string& path) {
+  return read(JsonAt(root, path, throw_config_error));
+}
+
+Config Config::read(const JsonAt& at) {
+  std::vector<std::string> allowed = names_of(top_level_keys());
+  allowed.insert(allowed.end(), sections().begin(), sections().end());
+  at.object({}, allowed);
   Config config;
-  Config& out = config;  // ZERO3_READ_KEY writes through `out` at `path`
-  for (const auto& [key, value] : root.items()) {
-    const std::string& path = key;
-    ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_READ_KEY)
-    if (key == "zero_optimization") {
-      read_zero_optimization(value, config.zero_optimization);
-      continue;
-    }
-    if (key == "zerocheck") {
-      if (!value.is_object()) fail(key, std::string("expected an object, got ") + value.type_name());
-      for (const auto& [inner, inner_value] : value.items()) {
-        if (inner != "placement") fail("zerocheck." + inner, "unknown key");
-        config.placement = placement_from_json(inner_value, "zerocheck.placement");
-      }
-      continue;
-    }
-    fail(key, "unknown key");
+  const auto read_int = [](const JsonAt& section, const IntKey& key, int64_t& out) {
+    if (section.has(key.name)) out = section[key.name].integer(key.lo, key.hi);
+  };
+#define ZERO3_READ_TOP(name, def, lo, hi, doc) read_int(at, {#name, lo, hi}, config.name);
+  ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_READ_TOP)
+#undef ZERO3_READ_TOP
+  if (at.has("zero_optimization")) {
+    const JsonAt zero = at["zero_optimization"];
+    zero.object({}, names_of(zero_keys()));
+#define ZERO3_READ_ZERO(name, def, lo, hi, doc) read_int(zero, {#name, lo, hi}, config.zero_optimization.name);
+    ZERO3_ZERO_INT_KEYS(ZERO3_READ_ZERO)
+#undef ZERO3_READ_ZERO
   }
-#undef ZERO3_READ_KEY
+  if (at.has("zerocheck")) {
+    const JsonAt own = at["zerocheck"];
+    own.object({}, {"placement"});
+    if (own.has("placement")) config.placement = read_placement(own["placement"]);
+  }
   return config;
 }
 
@@ -107,13 +97,13 @@ json Config::to_json() const {
   return out;
 }
 
-void Config::check_world_size(int world_size) const {
+void Config::check_world_size(int world_size, const std::string& path) const {
   if (train_batch_size == 0) return;
   const int64_t implied = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size;
   if (train_batch_size != implied)
-    fail("train_batch_size", std::to_string(train_batch_size) +
-                                 " != train_micro_batch_size_per_gpu * gradient_accumulation_steps"
-                                 " * world size = " + std::to_string(implied));
+    throw ConfigError(path + ".train_batch_size: " + std::to_string(train_batch_size) +
+                      " != train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size = " +
+                      std::to_string(implied));
 }
 
 std::string Config::describe_keys() {

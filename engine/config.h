@@ -4,10 +4,11 @@
 // the docs, so a key cannot be accepted in one place and forgotten in another. Anything outside
 // the table is an error: a typo in a config must never be silently ignored.
 //
-// Throws ConfigError whose message starts with the JSON path of the culprit
-// ("zero_optimization.stage: ...").
+// Read with JsonAt (engine/json_reader.h): throws ConfigError whose message starts with the JSON
+// path of the culprit ("$.zero_optimization.stage: ..."), and refuses a key written twice.
 #pragma once
 
+#include "engine/json_reader.h"
 #include "engine/placement.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace zero3 {
 
@@ -52,13 +54,18 @@ struct Config {
 
   // Returns the config parsed from JSON text. Throws ConfigError naming the JSON path.
   static Config parse(std::string_view json_text);
-  // Returns the config read from a parsed JSON value. Throws ConfigError naming the JSON path.
-  static Config from_json(const nlohmann::json& json);
+  // Returns the config read from a parsed JSON value found at `path` of its document.
+  // Throws ConfigError naming the JSON path.
+  static Config from_json(const nlohmann::json& json, const std::string& path = "$");
+  // Returns the config at `at`; errors go through at's thrower (a scenario's reader passes its own).
+  static Config read(const JsonAt& at);
+  // The sections besides the integer keys, in the order the reader lists them.
+  static const std::vector<std::string>& sections();
   // Returns the JSON form: every key with its value (train_batch_size only when set).
   nlohmann::json to_json() const;
 
-  // Throws ConfigError when train_batch_size is set and disagrees with the world size.
-  void check_world_size(int world_size) const;
+  // Throws ConfigError at `path`.train_batch_size when it is set and disagrees with the world size.
+  void check_world_size(int world_size, const std::string& path = "$") const;
 
   // Returns one line per key with its default and description, for `--help` and the README.
   static std::string describe_keys();

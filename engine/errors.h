@@ -15,65 +15,35 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A DeepSpeed-style config that is malformed, has an unknown key, a wrong type or a value out of
-// range. The message starts with the JSON path ("zero_optimization.stage").
-class ConfigError : public Error {
- public:
-  using Error::Error;
-};
+// X(class, when it is thrown): the specific errors, one table read by the class definitions
+// below, `zerocheck` (schema export for the Python replay) and the docs.
+#define ZERO3_ERROR_KINDS(X)                                                                       \
+  X(ConfigError, "a config or scenario file that is malformed, has an unknown key, a wrong type "  \
+                 "or a value out of range; the message starts with the JSON path")                 \
+  X(AttributeCollision, "a write through a defining path onto an attribute name that already has " \
+                        "an owner")                                                                \
+  X(AlreadyInitialized, "initialize() on a model, submodule or optimizer that a live engine "      \
+                        "already manages")                                                         \
+  X(OptimizerMismatch, "the optimizer handed to initialize() does not cover exactly the model's "  \
+                       "trainable parameters")                                                     \
+  X(IllegalTransition, "a parameter asked to move between lifecycle states in an order the "       \
+                       "schedule forbids")                                                         \
+  X(CommError, "a collective that did not complete in time, or a peer rank that failed while "     \
+               "this rank waited on it")                                                           \
+  X(CheckpointError, "a checkpoint that is missing, truncated, or written for another world size " \
+                     "or layout")                                                                  \
+  X(PlacementError, "a placement policy that cannot be evaluated on a module (missing attribute, " \
+                    "rank out of range)")                                                          \
+  X(AttributeError, "an attribute name outside the accepted rule (see AttrDict), or a lookup of a " \
+                    "missing name")                                                                \
+  X(UsageError, "a misuse of the engine API (forward on a released engine, wrong route, ...)")
 
-// A write through a defining path onto an attribute name that already has an owner.
-class AttributeCollision : public Error {
- public:
-  using Error::Error;
-};
-
-// initialize() on a model, submodule or optimizer that a live engine already manages.
-class AlreadyInitialized : public Error {
- public:
-  using Error::Error;
-};
-
-// The optimizer handed to initialize() does not cover exactly the model's trainable parameters.
-class OptimizerMismatch : public Error {
- public:
-  using Error::Error;
-};
-
-// A parameter was asked to move between lifecycle states in an order the schedule forbids.
-class IllegalTransition : public Error {
- public:
-  using Error::Error;
-};
-
-// A collective did not complete in time, or a peer rank failed while this rank waited on it.
-class CommError : public Error {
- public:
-  using Error::Error;
-};
-
-// A checkpoint that is missing, truncated, or written for another world size or layout.
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
-// A placement policy that cannot be evaluated on a module (missing attribute, rank out of range).
-class PlacementError : public Error {
- public:
-  using Error::Error;
-};
-
-// An attribute name outside the accepted rule (see AttrDict), or a lookup of a missing name.
-class AttributeError : public Error {
- public:
-  using Error::Error;
-};
-
-// A misuse of the engine API (forward on a released engine, wrong route, ...).
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
+#define ZERO3_DECLARE_ERROR(name, doc) \
+  class name : public Error {          \
+   public:                             \
+    using Error::Error;                \
+  };
+ZERO3_ERROR_KINDS(ZERO3_DECLARE_ERROR)
+#undef ZERO3_DECLARE_ERROR
 
 }  // namespace zero3

@@ -43,36 +43,58 @@ PlacementPolicy make_placement_policy(const PlacementSpec& spec) {
   return {};
 }
 
-PlacementSpec placement_from_json(const nlohmann::json& json, const std::string& json_path) {
-  auto fail = [&](const std::string& key, const std::string& what) -> void {
-    throw ConfigError(json_path + (key.empty() ? "" : "." + key) + ": " + what);
+const std::vector<std::string>& placement_kind_names() {
+  static const std::vector<std::string> all = {
+#define ZERO3_PLACEMENT_NAME(kind, key) #kind,
+      ZERO3_PLACEMENT_KINDS(ZERO3_PLACEMENT_NAME)
+#undef ZERO3_PLACEMENT_NAME
   };
-  PlacementSpec spec;
-  if (!json.is_object()) fail("", std::string("expected an object, got ") + json.type_name());
-  if (!json.contains("kind") || !json["kind"].is_string()) fail("kind", "expected \"none\", \"attr_mod\" or \"map\"");
-  const std::string kind = json["kind"].get<std::string>();
-  for (const auto& [key, value] : json.items()) {
-    if (key == "kind") continue;
-    if (key == "attr" && kind == "attr_mod") {
-      if (!value.is_string() || value.get<std::string>().empty()) fail(key, "expected a non-empty string");
-      spec.attr = value.get<std::string>();
-    } else if (key == "owners" && kind == "map") {
-      if (!value.is_object()) fail(key, "expected an object of module path -> rank");
-      for (const auto& [path, rank] : value.items()) {
-        if (!rank.is_number_integer()) fail(key + "." + path, "expected an integer rank");
-        spec.owners[path] = rank.get<int64_t>();
-      }
-    } else {
-      fail(key, "unknown key for placement kind '" + kind + "'");
-    }
+  return all;
+}
+
+const char* to_string(PlacementSpec::Kind kind) {
+  switch (kind) {
+#define ZERO3_PLACEMENT_CASE(k, key) \
+  case PlacementSpec::Kind::k:       \
+    return #k;
+    ZERO3_PLACEMENT_KINDS(ZERO3_PLACEMENT_CASE)
+#undef ZERO3_PLACEMENT_CASE
   }
-  if (kind == "none") spec.kind = PlacementSpec::Kind::none;
-  else if (kind == "attr_mod") {
-    spec.kind = PlacementSpec::Kind::attr_mod;
-    if (spec.attr.empty()) fail("attr", "attr_mod needs the attribute name");
-  } else if (kind == "map") spec.kind = PlacementSpec::Kind::map;
-  else fail("kind", "unknown placement kind '" + kind + "' (expected none, attr_mod or map)");
+  return "?";
+}
+
+const char* placement_key(PlacementSpec::Kind kind) {
+  switch (kind) {
+#define ZERO3_PLACEMENT_KEY(k, key) \
+  case PlacementSpec::Kind::k:      \
+    return key;
+    ZERO3_PLACEMENT_KINDS(ZERO3_PLACEMENT_KEY)
+#undef ZERO3_PLACEMENT_KEY
+  }
+  return "";
+}
+
+PlacementSpec read_placement(const JsonAt& at) {
+  // Without a kind the keys cannot be judged yet: report them against "kind" alone.
+  if (!at.value().is_object() || !at.has("kind")) at.object({"kind"});
+  PlacementSpec spec;
+  const std::string kind = at["kind"].one_of(placement_kind_names());
+  for (size_t i = 0; i < placement_kind_names().size(); ++i)
+    if (placement_kind_names()[i] == kind) spec.kind = static_cast<PlacementSpec::Kind>(i);
+  const std::string key = placement_key(spec.kind);
+  at.object(key.empty() ? std::vector<std::string>{"kind"} : std::vector<std::string>{"kind", key});
+  if (spec.kind == PlacementSpec::Kind::attr_mod) {
+    const JsonAt attr = at["attr"];
+    spec.attr = attr.string();
+    if (auto problem = AttrDict::name_problem(spec.attr); !problem.empty()) attr.fail(problem);
+  }
+  if (spec.kind == PlacementSpec::Kind::map)
+    for (const auto& [path, rank] : at["owners"].members()) spec.owners[path] = rank.integer(INT64_MIN, INT64_MAX);
   return spec;
+}
+
+PlacementSpec placement_from_json(const nlohmann::json& json, const std::string& json_path) {
+  return read_placement(JsonAt(json, json_path, [](const std::string& m) { throw ConfigError(m); }));
 }
 
 nlohmann::json placement_to_json(const PlacementSpec& spec) {
@@ -90,7 +112,7 @@ std::string describe(const PlacementSpec& spec) {
     case PlacementSpec::Kind::attr_mod: return "attr_mod " + spec.attr;
     case PlacementSpec::Kind::map: return "map " + placement_to_json(spec)["owners"].dump();
   }
-  return "?";
+  return to_string(spec.kind);
 }
 
 }  // namespace zero3

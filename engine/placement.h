@@ -11,6 +11,7 @@
 //   map {PATH: RANK}      the listed modules are placed on the listed ranks.
 #pragma once
 
+#include "engine/json_reader.h"
 #include "engine/module.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,11 +21,19 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace zero3 {
 
+// X(kind, its one key besides "kind" ("" for none)): the built-in policies.
+#define ZERO3_PLACEMENT_KINDS(X) X(none, "") X(attr_mod, "attr") X(map, "owners")
+
 struct PlacementSpec {
-  enum class Kind { none, attr_mod, map };
+  enum class Kind {
+#define ZERO3_PLACEMENT_ENUM(kind, key) kind,
+    ZERO3_PLACEMENT_KINDS(ZERO3_PLACEMENT_ENUM)
+#undef ZERO3_PLACEMENT_ENUM
+  };
   Kind kind = Kind::none;
   std::string attr;                       // attr_mod
   std::map<std::string, int64_t> owners;  // map: module path -> rank
@@ -47,8 +56,17 @@ PlacementPolicy make_placement_policy(const PlacementSpec& spec);
 int attr_mod_owner(const std::string& path, const AttrDict& attrs, const std::string& attr,
                    int world_size);
 
-// Reads a spec from JSON ({"kind": "none"|"attr_mod"|"map", "attr": ..., "owners": {...}}).
-// Throws ConfigError naming `json_path` + the key.
+// The kinds' names and their keys, in ZERO3_PLACEMENT_KINDS order.
+const std::vector<std::string>& placement_kind_names();
+const char* to_string(PlacementSpec::Kind kind);
+// The key a kind takes besides "kind" ("" for none).
+const char* placement_key(PlacementSpec::Kind kind);
+
+// Reads a spec from JSON ({"kind": "none"|"attr_mod"|"map", "attr": ..., "owners": {...}}) with
+// at's thrower. `attr` follows the attribute-name rule; map ranks are any integers here (a scenario
+// checks them against its world size). Throws naming the JSON path.
+PlacementSpec read_placement(const JsonAt& at);
+// The same with ConfigError, for a value found at `json_path`.
 PlacementSpec placement_from_json(const nlohmann::json& json, const std::string& json_path);
 nlohmann::json placement_to_json(const PlacementSpec& spec);
 // Returns "none", "attr_mod id" or "map {a: 1, b: 0}".

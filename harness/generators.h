@@ -1,13 +1,13 @@
-// Random scenarios for rapidcheck properties and `zerocheck check`.
+// Random scenarios for rapidcheck properties, `zerocheck check` and `zerocheck export`.
 //
-// Trees are bounded (depth <= 4) and mix every node kind, Offsets of odd shapes (zero-size,
-// prime numel, fewer elements than ranks), tied submodules, frozen parameters and experts.
-// User attributes come mostly from the collision dictionary. Operation lists (<= max_ops)
-// start with an initialize more often than not and include repeated initializes of every kind.
-// Everything is built with rapidcheck combinators, so shrinking drops operations and subtrees,
-// shrinks shapes, values and names.
+// A thin wrapper: the language is draw_scenario's (harness/draw/draw_scenario.h), drawn with an
+// RcChooser inside gen::exec, so the scenarios are the fuzz decoder's (same tables, same
+// distribution) and a failing one shrinks: every choice toward its smallest value (a table's
+// first row), and the operation list from its end. rapidcheck's size scales only the number of
+// operation units.
 #pragma once
 
+#include "harness/draw/draw_scenario.h"
 #include "harness/scenario.h"
 
 #include <rapidcheck.h>
@@ -15,14 +15,12 @@
 namespace zerocheck {
 
 struct GeneratorOptions {
-  int world_size = 0;  // 0: drawn from 1..4
-  int max_ops = 24;    // at most 64
-  int max_depth = 4;
+  int world_size = 0;  // 0: drawn from 1..kMaxDrawnWorld
+  int max_ops = 24;    // 0..kMaxDrawnOps
+  int max_depth = kMaxDrawnDepth;
 };
 
+// Returns the generator. Throws UsageError (when drawn) for options out of range.
 rc::Gen<Scenario> gen_scenario(const GeneratorOptions& options);
-
-// Returns the module paths of a tree and each module's parameter names (for attribute ops).
-std::vector<std::pair<std::string, std::vector<std::string>>> module_paths_of(const Scenario& scenario);
 
 }  // namespace zerocheck

@@ -4,7 +4,8 @@
 // parameters), frozen parameters, shared (tied) submodules and experts, a placement policy, and
 // a list of operations. rapidcheck generates it, the fuzzers decode it from bytes, `zerocheck
 // replay` reads it from JSON, `zerocheck export` writes it for the upstream DeepSpeed replay.
-// harness/SCENARIO_FORMAT.md documents the JSON form ("format": "zerocheck-scenario/1").
+// harness/SCENARIO_FORMAT.md documents the JSON form ("format": "zerocheck-scenario/1"); the
+// language itself (kinds, operations, keys, limits) is the tables of harness/schema/schema.h.
 //
 // The tree is a list of nodes; node 0 is the root and every child index is greater than its
 // parent's, so the tree is acyclic by construction. A node listed as a child twice (or by two
@@ -16,6 +17,7 @@
 #include "engine/errors.h"
 #include "engine/module.h"
 #include "engine/placement.h"
+#include "harness/schema/schema.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -28,24 +30,14 @@
 
 namespace zerocheck {
 
-// Malformed scenario input. The message starts with the JSON path ("tree[3].children[0]: ...").
+// Malformed scenario input. The message starts with the JSON path
+// ("$.tree[3].children[0]: ...", the convention of engine/json_reader.h).
 class ScenarioError : public zero3::Error {
  public:
   using zero3::Error::Error;
 };
 
-inline constexpr const char* kScenarioFormat = "zerocheck-scenario/1";
-
-// X(kind, has children, has parameters): the node kinds a tree is built from.
-#define ZEROCHECK_NODE_KINDS(X)  \
-  X(Linear, false, true)         \
-  X(LayerNorm, false, true)      \
-  X(Tanh, false, false)          \
-  X(Offset, false, true)         \
-  X(Expert, false, true)         \
-  X(Sequential, true, false)     \
-  X(ModuleList, true, false)     \
-  X(MoE, true, false)
+inline constexpr const char* kScenarioFormat = schema::kFormat;
 
 struct AttrEntry {
   std::string name;
@@ -53,7 +45,7 @@ struct AttrEntry {
 };
 
 struct NodeSpec {
-  std::string kind;
+  std::string kind;                // a row of schema::node_kinds()
   std::vector<int64_t> shape;      // Offset: the parameter's shape (may hold zeros)
   bool bias = true;                // Linear: whether it has a bias
   std::vector<int> children;       // Sequential, ModuleList, MoE (its experts)
@@ -62,18 +54,16 @@ struct NodeSpec {
   std::vector<std::string> frozen;                            // local names, requires_grad=false
 };
 
-// X(op name): the operations a scenario runs, in the order the interpreter documents them.
-#define ZEROCHECK_OP_KINDS(X) \
-  X(initialize) X(forward) X(backward) X(step) X(zero_grad) X(set_attr) X(del_attr) X(release) \
-  X(save) X(load) X(destroy)
-
+// The operations of schema::ZEROCHECK_OPS, in its order.
 enum class OpKind {
-#define ZEROCHECK_OP_ENUM(name) name,
-  ZEROCHECK_OP_KINDS(ZEROCHECK_OP_ENUM)
+#define ZEROCHECK_OP_ENUM(name, required, optional, weight, doc) name,
+  ZEROCHECK_OPS(ZEROCHECK_OP_ENUM)
 #undef ZEROCHECK_OP_ENUM
 };
 
 const char* to_string(OpKind kind);
+// The schema row of `kind` (its keys, draw weight, doc).
+const schema::OpRow& row_of(OpKind kind);
 
 struct Op {
   Op() = default;
@@ -99,7 +89,7 @@ struct Scenario {
   uint64_t seed = 1;
   int64_t features = 4;
   int64_t batch = 2;
-  std::string optimizer = "adam";  // "adam" or "sgd"
+  std::string optimizer = "adam";  // a row of schema::optimizers()
   double lr = 0.01;
   zero3::Config config;
   std::vector<NodeSpec> tree;      // tree[0] is the root
@@ -107,21 +97,19 @@ struct Scenario {
   std::vector<Op> ops;
 };
 
-// Limits the reader enforces (and generators respect).
-inline constexpr int kMaxWorldSize = 8;
-inline constexpr int64_t kMaxFeatures = 64;
-inline constexpr size_t kMaxNodes = 256;
-inline constexpr size_t kMaxOps = 1024;
-inline constexpr int64_t kMaxParamNumel = 1 << 16;
-
-// Returns the scenario in `text`. Throws ScenarioError naming the JSON path of the first problem.
+// Returns the scenario in `text`. Throws ScenarioError naming the JSON path of the first problem
+// (a key written twice anywhere in the document is one).
 Scenario parse_scenario(std::string_view text);
-// Returns the scenario in `json`. Throws ScenarioError naming the JSON path.
+// Returns the scenario in `json`: maps JSON to the types, then validate(). Throws ScenarioError
+// naming the JSON path.
 Scenario scenario_from_json(const nlohmann::json& json);
 // Returns the JSON form; scenario_from_json(to_json(s)) == s for every valid s.
 nlohmann::json to_json(const Scenario& scenario);
 
-// Throws ScenarioError when the scenario breaks a structural rule (also run by the reader).
+// Throws ScenarioError naming the JSON path of the first rule `scenario` breaks: every rule of
+// the format (kinds, keys per kind and operation, limits, children, parameter names, attribute
+// names and values, learning rate, placement ranks, train_batch_size). The reader calls it, so a
+// scenario built in memory (drawn, decoded, shrunk) meets the same rules as a file.
 void validate(const Scenario& scenario);
 
 // Builds the tree: fresh modules, user attributes set (owner "user"), frozen parameters, and
@@ -129,7 +117,7 @@ void validate(const Scenario& scenario);
 std::shared_ptr<zero3::Module> build_tree(const Scenario& scenario);
 
 // Returns the local parameter names a node of this kind has ("linear.weight" for an Expert).
-std::vector<std::string> param_names(const NodeSpec& node);
+inline std::vector<std::string> param_names(const NodeSpec& node) { return schema::parameter_names(node); }
 
 // Returns the route as the engine takes it (cyclic, choices taken modulo each layer's size).
 zero3::Route route_of(const Op& op);

@@ -1,22 +1,20 @@
 // Bytes -> Scenario: the decoder behind the scenario_ops fuzzer (fuzz/).
 //
 // libFuzzer mutates bytes; this turns any byte string into the one Scenario type the properties,
-// `zerocheck replay` and the CLI use, so a fuzzer finding is an ordinary scenario file. The
-// shapes follow harness/generators.cc (node kinds and their weights, Offset shapes, values,
-// operation mix, expert ids under `attr_mod id` placement) but stay small, so one input runs in
-// milliseconds: world 1..4, features 1..4, at most kMaxDecodedNodes nodes and kMaxDecodedOps
-// operations; DecodeLimits narrows that further (a fixed world, fewer nodes or operations) for
-// fast campaigns. Attribute names come mostly from the collision dictionary (collision_names.h).
+// `zerocheck replay` and the CLI use, so a fuzzer finding is an ordinary scenario file. A thin
+// wrapper: the language is draw_scenario's (harness/draw/draw_scenario.h), the rapidcheck
+// generators' too, with its choices read by an FdpChooser (harness/draw/fdp_chooser.h) and
+// operation units drawn while input remains. DecodeLimits narrow it (a fixed world, fewer nodes
+// or operations) for fast campaigns without changing which bytes are read.
 //
 // Invariants: every byte string, the empty one included, decodes to a scenario that passes
-// validate() and reads back from its JSON form. Choices are drawn with FuzzedDataProvider, which
-// takes integers from the end of the input and strings from the front; operations are decoded
-// until the input runs out, so a truncated input decodes to a valid, shorter scenario. An
-// exhausted input always picks a table's first entry (the smallest choice).
+// validate() and reads back from its JSON form; a truncated input decodes to a valid, shorter
+// scenario; an exhausted input always picks a choice's smallest value.
 //
 // Thread-safety: a pure function of its input; safe to call from several threads.
 #pragma once
 
+#include "harness/draw/draw_scenario.h"
 #include "harness/scenario.h"
 
 #include <cstddef>
@@ -24,23 +22,14 @@
 
 namespace zerocheck {
 
-inline constexpr int kMaxDecodedWorld = 4;
-inline constexpr size_t kMaxDecodedNodes = 12;
-inline constexpr size_t kMaxDecodedOps = 64;
+// The fuzz campaigns' names for the draw's limits (ZEROCHECK_FUZZ_WORLD / _MAX_NODES / _MAX_OPS).
+using DecodeLimits = DrawLimits;
+inline constexpr int kMaxDecodedWorld = kMaxDrawnWorld;
+inline constexpr size_t kMaxDecodedNodes = kMaxDrawnNodes;
+inline constexpr size_t kMaxDecodedOps = kMaxDrawnOps;
 
-// Narrows what the decoder produces without changing which bytes it reads: a fixed world still
-// consumes the world byte, so one corpus serves every setting, and the limits only cut the tree
-// and the operation list short.
-struct DecodeLimits {
-  int world = 0;                      // 0: decoded from the input; else 1..kMaxDecodedWorld, fixed
-  size_t max_nodes = kMaxDecodedNodes;  // 1..kMaxDecodedNodes
-  size_t max_ops = kMaxDecodedOps;      // 0..kMaxDecodedOps
-
-  // Throws UsageError naming the field and value when a limit is out of range.
-  void validate() const;
-};
-
-// Returns the scenario `data[0, size)` encodes. Never throws for any input (limits validated).
+// Returns the scenario `data[0, size)` encodes. Throws UsageError for invalid limits, never for
+// any input.
 Scenario scenario_from_bytes(const uint8_t* data, size_t size, const DecodeLimits& limits = {});
 
 }  // namespace zerocheck

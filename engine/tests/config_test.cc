@@ -38,22 +38,37 @@ TEST(Config, RoundTripsThroughJson) {
   EXPECT_EQ(again.zero_optimization.reduce_bucket_size, 1000);
 }
 
-TEST(Config, ErrorsNameTheJsonPath) {
-  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 2}})").rfind("zero_optimization.stage:", 0), 0u);
-  EXPECT_EQ(error_of(R"({"zero_optimization": {"stag": 3}})").rfind("zero_optimization.stag: unknown key", 0), 0u);
-  EXPECT_EQ(error_of(R"({"train_micro_batch_size": 1})").rfind("train_micro_batch_size: unknown key", 0), 0u);
-  EXPECT_EQ(error_of(R"({"steps_per_print": true})").rfind("steps_per_print: expected an integer", 0), 0u);
-  EXPECT_EQ(error_of(R"({"steps_per_print": 1.5})").rfind("steps_per_print: expected an integer", 0), 0u);
-  EXPECT_EQ(error_of(R"({"steps_per_print": "1"})").rfind("steps_per_print: expected an integer", 0), 0u);
-  EXPECT_EQ(error_of(R"({"gradient_accumulation_steps": 0})").rfind("gradient_accumulation_steps: value 0 is out of range", 0), 0u);
+TEST(Config, ErrorsNameTheJsonPathInTheOneConvention) {
+  // The convention and the texts of engine/json_reader.h, shared with the scenario readers.
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 2}})"), "$.zero_optimization.stage: value 2 is out of range [3, 3]");
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stag": 3}})"),
+            "$.zero_optimization.stag: unknown key (expected one of: stage, stage3_param_persistence_threshold, "
+            "reduce_bucket_size)");
+  EXPECT_EQ(error_of(R"({"train_micro_batch_size": 1})").rfind("$.train_micro_batch_size: unknown key (expected one of: "
+                                                                "train_micro_batch_size_per_gpu,", 0), 0u);
+  EXPECT_EQ(error_of(R"({"steps_per_print": true})"), "$.steps_per_print: expected an integer, got boolean");
+  EXPECT_EQ(error_of(R"({"steps_per_print": 1.5})"), "$.steps_per_print: expected an integer, got number");
+  EXPECT_EQ(error_of(R"({"steps_per_print": "1"})"), "$.steps_per_print: expected an integer, got string");
+  EXPECT_EQ(error_of(R"({"gradient_accumulation_steps": 0})"),
+            "$.gradient_accumulation_steps: value 0 is out of range [1, 2147483647]");
   EXPECT_EQ(error_of(R"({"zero_optimization": {"stage3_param_persistence_threshold": -1}})")
-                .rfind("zero_optimization.stage3_param_persistence_threshold:", 0), 0u);
+                .rfind("$.zero_optimization.stage3_param_persistence_threshold: value -1 is out of range", 0), 0u);
   EXPECT_EQ(error_of(R"({"zero_optimization": {"reduce_bucket_size": 18446744073709551615}})")
-                .rfind("zero_optimization.reduce_bucket_size: value", 0), 0u);
-  EXPECT_EQ(error_of(R"({"zero_optimization": 3})").rfind("zero_optimization: expected an object", 0), 0u);
-  EXPECT_EQ(error_of("[1, 2]").rfind("$: expected an object", 0), 0u);
-  EXPECT_EQ(error_of("{\"stage\": ").rfind("$: malformed JSON at byte", 0), 0u);
+                .rfind("$.zero_optimization.reduce_bucket_size: value 18446744073709551615 is out of range", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": 3})"), "$.zero_optimization: expected an object, got integer");
+  EXPECT_EQ(error_of(R"({"zerocheck": {"placement": {"kind": "map", "owners": {"a.b": "1"}}}})"),
+            R"($.zerocheck.placement.owners["a.b"]: expected an integer, got string)");
+  EXPECT_EQ(error_of("[1, 2]"), "$: expected an object, got array");
+  EXPECT_EQ(error_of("{\"stage\": ").rfind("$: malformed JSON: at byte", 0), 0u);
   EXPECT_EQ(error_of("").rfind("$: malformed JSON", 0), 0u);
+}
+
+TEST(Config, RefusesAKeyWrittenTwiceAnywhere) {
+  // nlohmann would keep the last one silently; DeepSpeed's json.load does too.
+  EXPECT_EQ(error_of(R"({"steps_per_print": 1, "steps_per_print": 2})"), "$.steps_per_print: duplicate key");
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 3, "stage": 3}})"), "$.zero_optimization.stage: duplicate key");
+  EXPECT_EQ(error_of(R"({"zerocheck": {"placement": {"kind": "map", "owners": {"x": 0, "y": [1, {"z": 1, "z": 2}]}}}})"),
+            R"($.zerocheck.placement.owners.y[1].z: duplicate key)");
 }
 
 TEST(Config, TrainBatchSizeMustAgreeWithTheWorld) {

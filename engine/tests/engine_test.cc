@@ -100,7 +100,7 @@ TEST(Initialize, BadConfigIsAConfigErrorNamingTheKey) {
       initialize(model, user, c, comm);
       FAIL() << "accepted a train_batch_size that disagrees with the world";
     } catch (const ConfigError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("train_batch_size", 0), 0u) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("$.train_batch_size: 3 != ", 0), 0u) << e.what();
     }
   });
 }

@@ -29,7 +29,11 @@ inline constexpr int kExitUsage = 2;
   X(upstream, register_upstream_command,                                                         \
     "replay exported scenarios on an installed DeepSpeed and group the findings")                \
   X(bench, register_bench_command,                                                               \
-    "measure what one fuzzer execution costs (scenarios/s, ATen calls, checks on/off) as JSON")
+    "measure what one fuzzer execution costs (scenarios/s, ATen calls, checks on/off) as JSON")    \
+  X(validate, register_validate_command,                                                         \
+    "read scenario files only: one line per file, `FILE: ok` or `FILE: <path>: <error>`")         \
+  X(schema, register_schema_command,                                                             \
+    "print the scenario language's tables as JSON (the Python replay's schema.json); --check FILE")
 
 #define ZEROCHECK_DECLARE_COMMAND(name, registrar, doc) \
   void registrar(CLI::App& command, int& exit_code);

@@ -2,6 +2,8 @@
 #include "engine/errors.h"
 #include "harness/oracles/oracles.h"
 
+#include "engine/json_reader.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -10,8 +12,21 @@
 
 namespace zerocheck::oracles {
 
+const std::vector<InvariantRow>& invariant_rows() {
+  static const std::vector<InvariantRow> all = {
+#define ZEROCHECK_INVARIANT_ROW(name, statement) {#name, statement},
+      ZEROCHECK_INVARIANTS(ZEROCHECK_INVARIANT_ROW)
+#undef ZEROCHECK_INVARIANT_ROW
+  };
+  return all;
+}
+
 const std::vector<std::string>& invariants() {
-  static const std::vector<std::string> all = {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"};
+  static const std::vector<std::string> all = [] {
+    std::vector<std::string> names;
+    for (const auto& row : invariant_rows()) names.push_back(row.name);
+    return names;
+  }();
   return all;
 }
 
@@ -22,7 +37,8 @@ std::set<std::string> parse_invariants(const std::string& list) {
   while (std::getline(in, item, ',')) {
     if (item.empty()) continue;
     if (std::find(invariants().begin(), invariants().end(), item) == invariants().end())
-      throw zero3::UsageError("'" + item + "' is not an invariant (expected I1..I8)");
+      throw zero3::UsageError("'" + item + "' is not an invariant (expected one of: " +
+                                zero3::join_names(invariants()) + ")");
     out.insert(item);
   }
   return out;

@@ -4,19 +4,7 @@
 // observation is measured from the engine's tensors by the interpreter. Every oracle walks every
 // parameter of both sides and fails on anything it cannot match: a parameter the engine does not
 // report, one it reports that the model does not have, a report that disagrees with the spec.
-//
-//   I1 user attributes equal the user's last write on every module and parameter;
-//   I2 a placed module's parameters live whole on exactly the owner the user's attributes give,
-//      and nothing is placed that the policy does not place;
-//   I3 losses and every parameter (this rank's shard, padding zero) equal the dense twin's;
-//   I4 outside forward/backward a partitioned parameter holds exactly its shard (storage of
-//      ceil(n/N) elements) and no full data or gradient; a persistent one is whole;
-//   I5 a repeated initialize is refused with AlreadyInitialized and changes nothing;
-//   I6 save then load restores shards and optimizer state bit-exactly; the consolidated state
-//      dict equals the gathered parameters;
-//   I7 no unexpected error: the engine raises exactly the errors the model predicts;
-//   I8 traffic: every forward and backward moves exactly the elements the schedule predicts, for
-//      every collective kind; step and zero_grad move nothing.
+// The invariants are one table (ZEROCHECK_INVARIANTS), also exported to the Python replay.
 #pragma once
 
 #include "harness/model/model.h"
@@ -32,7 +20,27 @@
 
 namespace zerocheck::oracles {
 
-// Every invariant, in the order the interpreter checks them after an operation.
+// X(name, statement): every invariant.
+#define ZEROCHECK_INVARIANTS(X)                                                                      \
+  X(I1, "user attributes equal the user's last write on every module and parameter")               \
+  X(I2, "a placed module's parameters live whole on exactly the owner the user's attributes give, " \
+        "and nothing is placed that the policy does not place")                                    \
+  X(I3, "losses and every parameter (this rank's shard, padding zero) equal the dense twin's")     \
+  X(I4, "outside forward/backward a partitioned parameter holds exactly its shard (storage of "    \
+        "ceil(n/N) elements) and no full data or gradient; a persistent one is whole")             \
+  X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing")            \
+  X(I6, "save then load restores shards and optimizer state bit-exactly; the consolidated state "  \
+        "dict equals the gathered parameters")                                                     \
+  X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
+  X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
+        "collective kind; step and zero_grad move nothing")
+
+struct InvariantRow {
+  const char* name;
+  const char* statement;
+};
+const std::vector<InvariantRow>& invariant_rows();
+// Every invariant's name, in table order (the interpreter's check order is its own).
 const std::vector<std::string>& invariants();
 // Returns the invariants named in `list` ("I3,I8"). Throws zero3::UsageError naming an unknown one.
 std::set<std::string> parse_invariants(const std::string& list);

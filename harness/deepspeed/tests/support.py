@@ -1,5 +1,6 @@
 """Shared test helpers: fixture paths and running the command line as a subprocess."""
 
+import json
 import os
 import socket
 import subprocess
@@ -9,7 +10,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(TESTS)  # harness/deepspeed: holds zerocheck_ds/
 FIXTURES = os.path.join(TESTS, "fixtures")
 GOOD = os.path.join(FIXTURES, "good")
-BAD = os.path.join(FIXTURES, "bad")
+# The malformed scenarios both readers (C++ and this package) must refuse with the same line.
+MALFORMED = os.path.join(os.path.dirname(PACKAGE_ROOT), "tests", "scenarios",
+                         "malformed")
 UPSTREAM = os.path.join(FIXTURES, "upstream")
 STUB_DEEPSPEED = os.path.join(FIXTURES, "stub_deepspeed")
 BROKEN_DEEPSPEED = os.path.join(FIXTURES, "broken_deepspeed")
@@ -22,6 +25,19 @@ _DISTRIBUTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_
 
 def good(name):
     return os.path.join(GOOD, name + ".json")
+
+
+def malformed_expectations():
+    """Returns {file name: {"path", "message" or "message_prefix"}} of the shared fixtures."""
+    with open(os.path.join(MALFORMED, "EXPECTED.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def expected_line(row):
+    """Returns (the "path: message" line or its start, whether it is only a prefix)."""
+    if "message" in row:
+        return f"{row['path']}: {row['message']}", False
+    return f"{row['path']}: {row['message_prefix']}", True
 
 
 def cli_env(extra_paths=(), **variables):

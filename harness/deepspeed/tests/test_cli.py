@@ -8,7 +8,6 @@ import tempfile
 import unittest
 
 from . import support
-from .test_scenario_reader import BAD_FIXTURES
 
 
 def read_json(path):
@@ -63,13 +62,13 @@ class CommandLine(unittest.TestCase):
         self.assertIn("FAIL experts_attr_mod", run.stdout)
 
     def test_bad_scenarios_exit_2_naming_the_json_path(self):
-        for name, expected in BAD_FIXTURES.items():
+        for name, row in support.malformed_expectations().items():
             with self.subTest(name):
-                path = os.path.join(support.BAD, name + ".json")
+                path = os.path.join(support.MALFORMED, name)
                 run = support.run_cli(["--scenarios", path, "--out", self.out,
                                        "--adapter", "passthrough"])
                 self.assertEqual(run.returncode, 2, run.stderr)
-                self.assertIn(f"{path}: {expected}", run.stderr)
+                self.assertIn(f"{path}: {support.expected_line(row)[0]}", run.stderr)
                 self.assertEqual(run.stdout, "")
         self.assertFalse(os.path.exists(self.out))  # nothing runs when any input is bad
 

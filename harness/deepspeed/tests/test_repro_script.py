@@ -104,8 +104,9 @@ class ReproScript(unittest.TestCase):
             self.assertIn("must be refused", blocks[op])
         for op in ("1", "7"):  # first ones; 7's fresh optimizer is new, not the managed one
             self.assertNotIn("must be refused", blocks[op])
-        self.assertIn("initialize(7, target, torch.optim.SGD(trainable(target), lr=0.1))",
-                      blocks["7"])
+        # SGD with the schema's momentum, as both replays build it.
+        self.assertIn("initialize(7, target, torch.optim.SGD(trainable(target), lr=0.1, "
+                      "momentum=0.9))", blocks["7"])
 
     def test_written_script_is_executable_and_a_bad_target_is_refused(self):
         path = self.write(SCENARIOS[0], target("I1"))

@@ -11,11 +11,13 @@ I5  a repeated initialize of a managed model, submodule or optimizer is refused,
 No oracle reads parameter data: an upstream engine may have emptied or moved it.
 """
 
-from . import values
+from . import schema, values
 from .ledger import ObjectKey, WriteSkipped
 from .verdict import Finding
 
 _MAX_LISTED_CHANGES = 10
+# The engine's error kind for a refused repeated initialize (engine/errors.h).
+_REFUSED = schema.some("error_kinds", "AlreadyInitialized")[0]
 
 
 def check_user_attributes(ledger, op_index, op):
@@ -177,12 +179,12 @@ def judge_repeated_initialize(adapter, op_index, why_refused, exception, changes
     findings = []
     if exception is None:
         findings.append(Finding(
-            invariant="I5", op_index=op_index, op="initialize", expected="AlreadyInitialized",
+            invariant="I5", op_index=op_index, op="initialize", expected=_REFUSED,
             actual="accepted",
             message=f"a repeated initialize was accepted ({why_refused}); it must be refused"))
     elif not adapter.is_refusal(exception):
         findings.append(Finding(
-            invariant="I5", op_index=op_index, op="initialize", expected="AlreadyInitialized",
+            invariant="I5", op_index=op_index, op="initialize", expected=_REFUSED,
             actual=type(exception).__name__, exception=_exception_text(exception),
             message=f"a repeated initialize failed with an error that is not a refusal: "
                     f"{_exception_text(exception)}"))

@@ -1,40 +1,40 @@
 """Placement policies as scenarios (and configs' "zerocheck" section) write them.
 
-{"kind": "none"}, {"kind": "attr_mod", "attr": NAME} (an expert's owner rank is its user
-attribute NAME mod world_size) or {"kind": "map", "owners": {PATH: RANK}}. Torch-free.
+The kinds and their keys are schema.PLACEMENT_KINDS (engine/placement.h): "none"; "attr_mod"
+with "attr" (an expert's owner rank is its user attribute ATTR mod world_size); "map" with
+"owners" ({PATH: RANK}, each rank in [0, world_size - 1]). Torch-free.
 """
 
 from dataclasses import dataclass, field
 
-from .strict_json import fail, key_path, read_int, read_name, read_object, read_string, shown
+from . import schema
+from .strict_json import fail, key_path, read_enum, read_int, read_name, read_object, type_name
 
 
 @dataclass
 class Placement:
-    kind: str = "none"  # "none", "attr_mod" or "map"
+    kind: str = "none"  # a kind of schema.PLACEMENT_KINDS
     attr: str = ""
     owners: dict = field(default_factory=dict)  # map: module path -> rank
 
 
 def read_placement(value, path, world_size):
     """Returns the policy at `path`. Raises ScenarioError naming the culprit's path."""
-    if not isinstance(value, dict) or "kind" not in value:
-        read_object(value, path, required=("kind",))
-    kind_path = key_path(path, "kind")
-    kind = read_string(value["kind"], kind_path)
-    if kind == "none":
-        read_object(value, path, required=("kind",))
-        return Placement()
-    if kind == "attr_mod":
-        read_object(value, path, required=("kind", "attr"))
-        return Placement(kind, attr=read_name(value["attr"], key_path(path, "attr")))
-    if kind == "map":
-        read_object(value, path, required=("kind", "owners"))
-        raw_owners, owners_path = value["owners"], key_path(path, "owners")
-        # Any path may be a key; only the values are constrained.
-        read_object(raw_owners, owners_path,
-                    optional=tuple(raw_owners) if isinstance(raw_owners, dict) else ())
-        owners = {p: read_int(rank, key_path(owners_path, p), 0, world_size - 1)
-                  for p, rank in raw_owners.items()}
-        return Placement(kind, owners=owners)
-    fail(kind_path, f"unknown placement kind {shown(kind)} (expected none, attr_mod or map)")
+    if not isinstance(value, dict):
+        fail(path, f"expected an object, got {type_name(value)}")
+    if "kind" not in value:
+        fail(key_path(path, "kind"), "missing required key")
+    kind = read_enum(value["kind"], key_path(path, "kind"), tuple(schema.PLACEMENT_KINDS))
+    read_object(value, path, required=("kind",) + schema.PLACEMENT_KINDS[kind])
+    placement = Placement(kind)
+    if "attr" in value:
+        placement.attr = read_name(value["attr"], key_path(path, "attr"))
+    if "owners" in value:
+        owners_path = key_path(path, "owners")
+        raw = value["owners"]
+        if not isinstance(raw, dict):
+            fail(owners_path, f"expected an object, got {type_name(raw)}")
+        # Any module path may be a key; the ranks are what is constrained.
+        placement.owners = {p: read_int(rank, key_path(owners_path, p), 0, world_size - 1)
+                            for p, rank in raw.items()}
+    return placement

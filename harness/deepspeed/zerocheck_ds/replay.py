@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import oracles
+from . import oracles, schema
 from .ledger import AttributeLedger, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import Finding
@@ -52,14 +52,23 @@ class ReplayResult:
     skipped: list = field(default_factory=list)  # [{"op_index", "op", "what", "reason"}]
 
 
+# The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++
+# replay's), Adam keeps torch's defaults.
+OPTIMIZER_CLASSES = schema.every("optimizers", {"adam": "Adam", "sgd": "SGD"})
+
+
+def optimizer_arguments(kind, lr):
+    """Returns the keyword arguments of the optimizer of `kind` ({"lr": .., "momentum": ..})."""
+    momentum = schema.OPTIMIZERS[kind]
+    return {"lr": lr, "momentum": momentum} if momentum else {"lr": lr}
+
+
 def make_optimizer(kind, lr, params):
     """Returns the user's optimizer over `params`, or None when there are none."""
     params = list(params)
     if not params:
         return None
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr)
+    return getattr(torch.optim, OPTIMIZER_CLASSES[kind])(params, **optimizer_arguments(kind, lr))
 
 
 def trainable_parameters(module):
@@ -113,12 +122,12 @@ class Replay:
                                              trainable_parameters(self.root))
         self._check(None, "build")
 
-        handlers = {
+        handlers = schema.every("ops", {
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
             "save": self._checkpoint, "load": self._checkpoint,
-        }
+        })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
             handlers[op.op](index, op)

@@ -24,32 +24,40 @@ import inspect
 import os
 import textwrap
 
-from . import oracles, replay, tree
+from . import oracles, replay, schema, tree
 from .collisions import PristineNames
 from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .scenario import TensorLiteral, load_scenario
+from .verdict import CHECKED_INVARIANTS, FAILURES
 
-TARGET_INVARIANTS = ("I1", "I2", "I5", "op", "crash", "hang")
+TARGET_INVARIANTS = CHECKED_INVARIANTS + FAILURES
 REFUSAL_TEXT = "already been initialized"
 
 # What each target invariant means to someone who has never heard of zerocheck.
-INVARIANT_MEANING = {
+INVARIANT_MEANING = {**schema.some("invariants", {
     "I1": "an attribute the user set (or deleted) on a module or parameter no longer holds the "
           "user's last write",
     "I2": "a module's owner rank, computed by the placement policy from the attributes the user "
           "set, differs when computed from the live module",
     "I5": f"a repeated initialize of a managed model, submodule or optimizer is not refused with "
           f"an error saying {REFUSAL_TEXT!r}, changes the model, or breaks training",
+}),
     "op": "an operation raises",
     "crash": "the process dies",
     "hang": "the process hangs",
 }
 
-_CONTAINERS = ("Sequential", "ModuleList", "MoE")
-_NODE_CLASSES = {"Offset": tree.OffsetNode, "Expert": tree.ExpertNode,
-                 "Sequential": tree.SequentialNode, "ModuleList": tree.ModuleListNode,
-                 "MoE": tree.MoENode}
+_CONTAINERS = schema.CONTAINER_KINDS
+# The kinds whose module class is tree.py's (the others are torch.nn's).
+_NODE_CLASSES = schema.some("node_kinds", {
+    "Offset": tree.OffsetNode, "Expert": tree.ExpertNode, "Sequential": tree.SequentialNode,
+    "ModuleList": tree.ModuleListNode, "MoE": tree.MoENode})
+# Operations by the code block they get.
+_PLAIN_OPS = schema.some("ops", "backward", "step", "zero_grad")
+_RELEASE_OPS = schema.some("ops", "release", "destroy")
+_WRITE_OPS = schema.some("ops", "set_attr", "del_attr")
+_BATCH_OPS = schema.some("ops", "initialize", "forward")  # need the seeded batches
 
 
 def repro_script_text(scenario_path, target, script_name="repro.py"):
@@ -436,7 +444,7 @@ def check_user_attrs(op_index):
                       f"got {show(actual)}{trouble}")
 '''
 
-_PLACEMENT_CHECKS = {
+_PLACEMENT_CHECKS = schema.some("placement_kinds", {
     "attr_mod": '''
 
 def owner(value):
@@ -488,7 +496,7 @@ def check_placement(op_index):
                       f"module {path!r}: owner rank {expected} (placement map) became None "
                       f"({why})")
 ''',
-}
+})
 
 
 _STATE = '''
@@ -613,7 +621,7 @@ def zero_grad(op_index):
             op_failed(op_index, "zero_grad", e)
 '''
 
-_OPERATIONS = {
+_OPERATIONS = schema.some("ops", {
     "forward": '''
 def forward(op_index, route):
     """A training forward, and its mse loss against a fixed random target."""
@@ -677,7 +685,7 @@ def release(op_index, op):
     accepted_repeats.clear()
     loss_engine = None
 ''',
-}
+})
 
 
 def _operation_helpers(plan):
@@ -685,7 +693,7 @@ def _operation_helpers(plan):
     if "destroy" in used:
         used.add("release")
     parts = [_STATE]
-    if used & {"initialize", "forward"}:
+    if used.intersection(_BATCH_OPS):
         parts.append(_SEEDED_BATCH.format(
             derive_seed=inspect.getsource(replay.derive_seed).strip("\n"),
             route_args="x, route" if plan.root_takes_route else "x"))
@@ -709,7 +717,7 @@ def _operation_helpers(plan):
 
 def _constructor(plan, node):
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
-    return {
+    return schema.every("node_kinds", {
         "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
         "LayerNorm": "nn.LayerNorm(FEATURES)",
         "Tanh": "nn.Tanh()",
@@ -718,7 +726,7 @@ def _constructor(plan, node):
         "Sequential": f"SequentialNode({children})",
         "ModuleList": f"ModuleListNode({children})",
         "MoE": f"MoENode({children})",
-    }[node.kind]
+    })[node.kind]
 
 
 def _build(plan):
@@ -754,13 +762,19 @@ def _build(plan):
                 lines += [write, f"user_attrs[{_key_source(key)}, {entry.name!r}] = "
                                  f"{_value_source(entry.value)}"]
     if any(p.requires_grad for p in built.root.parameters()):
-        opt = "Adam" if s.optimizer == "adam" else "SGD"
-        lines.append(f"user_optimizer = torch.optim.{opt}(trainable(model), lr={s.lr!r})")
+        lines.append(f"user_optimizer = {_optimizer_source(s, 'trainable(model)')}")
     else:
         lines.append("user_optimizer = None  # the model has no trainable parameters")
     lines += _placement_setup(plan)
     lines += ["", "check(None)"]
     return "\n".join(lines)
+
+
+def _optimizer_source(scenario, params_source):
+    """Returns the source of the scenario's optimizer over `params_source`, as the replay builds it."""
+    arguments = replay.optimizer_arguments(scenario.optimizer, scenario.lr)
+    return (f"torch.optim.{replay.OPTIMIZER_CLASSES[scenario.optimizer]}({params_source}, "
+            + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")")
 
 
 def _placement_setup(plan):
@@ -788,7 +802,7 @@ def _placement_setup(plan):
 def _operations(plan):
     s = plan.scenario
     lines = []
-    opt_name = "Adam" if s.optimizer == "adam" else "SGD"
+    opt_name = replay.OPTIMIZER_CLASSES[s.optimizer]
     has_trainable = any(p.requires_grad for p in plan.built.root.parameters())
     user_optimizer = object() if has_trainable else None
     # What a correct engine would refuse: module ids (the tree keeps them alive), and optimizer
@@ -801,13 +815,13 @@ def _operations(plan):
                                        managed_optimizers)
         elif op.op == "forward":
             lines += [f"# op {i}: forward route={op.route}", f"forward({i}, {op.route!r})"]
-        elif op.op in ("backward", "step", "zero_grad"):
+        elif op.op in _PLAIN_OPS:
             lines += [f"# op {i}: {op.op}", f"{op.op}({i})"]
-        elif op.op in ("release", "destroy"):
+        elif op.op in _RELEASE_OPS:
             lines += [f"# op {i}: {op.op}", f"release({i}, {op.op!r})"]
             managed_modules.clear()
             managed_optimizers.clear()
-        elif op.op in ("set_attr", "del_attr"):
+        elif op.op in _WRITE_OPS:
             lines += _write_block(plan, i, op)
         else:
             lines.append(f"# op {i}: {op.op}: not replayed (sharded checkpoints are "
@@ -847,8 +861,8 @@ def _initialize_block(plan, i, op, opt_name, user_optimizer, managed_modules, ma
     if target_source != "model":
         lines.append(f"target = {target_source}")
         target_source = "target"
-    return lines + [f"initialize({i}, {target_source}, torch.optim.{opt_name}("
-                    f"trainable({target_source}), lr={plan.scenario.lr!r}))"]
+    return lines + [f"initialize({i}, {target_source}, "
+                    f"{_optimizer_source(plan.scenario, f'trainable({target_source})')})"]
 
 
 def _write_block(plan, i, op):

@@ -40,13 +40,17 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from . import schema
 from .scenario import ScenarioError, parse_scenario
 from .strict_json import fail
 
-CONTAINER_KINDS = ("Sequential", "ModuleList", "MoE")
+CONTAINER_KINDS = schema.CONTAINER_KINDS
+# Containers whose path segments are child positions (an MoE's go through "experts").
+_POSITIONAL_CONTAINERS = schema.some("node_kinds", "Sequential", "ModuleList")
 
-# Ops whose key names a module path; the reader fills in "" when `target` is absent.
-PATH_KEYS = {"initialize": "target", "set_attr": "module", "del_attr": "module"}
+# Ops whose key names a module path; the reader fills in "" when it is absent.
+PATH_KEYS = schema.some("ops", {"initialize": "target", "set_attr": "module", "del_attr": "module"})
+assert all(key in schema.OPS[op].optional for op, key in PATH_KEYS.items()), PATH_KEYS
 
 # Reduction passes, in the order they are tried. A candidate's key starts with its pass's index.
 PASSES = ("world_size", "ops", "subtrees", "attributes", "simplifications")
@@ -555,7 +559,7 @@ def _resolve(tree, root, path):
     while i < len(segments):
         kind, children = tree[node]["kind"], tree[node].get("children", [])
         last = i + 1 == len(segments)
-        if kind in ("Sequential", "ModuleList"):
+        if kind in _POSITIONAL_CONTAINERS:
             position = _position(segments[i], len(children))
         elif kind == "MoE":
             if segments[i] != "experts":

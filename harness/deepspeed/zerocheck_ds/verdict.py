@@ -9,10 +9,17 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+from . import schema
+
+# The invariants an upstream replay checks (of the schema's I1..I8), and the other ways a
+# replay fails: an operation raised, a rank process died or hung.
+CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I5")
+FAILURES = ("op", "crash", "hang")
+
 
 @dataclass
 class Finding:
-    invariant: str  # "I1", "I2", "I5", or "op" for an operation that raised
+    invariant: str  # one of CHECKED_INVARIANTS or FAILURES
     op_index: object  # int, or None for build time and teardown
     op: str = ""
     module_path: object = None
@@ -24,6 +31,9 @@ class Finding:
     message: str = ""
     node_kind: object = None  # the scenario's node kind at module_path (signatures use it)
     ranks: list = field(default_factory=list)
+
+    def __post_init__(self):
+        assert self.invariant in CHECKED_INVARIANTS + FAILURES, self.invariant
 
     def identity(self):
         """What makes two findings the same one (ranks aside)."""
