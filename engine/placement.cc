@@ -75,8 +75,7 @@ const char* placement_key(PlacementSpec::Kind kind) {
 }
 
 PlacementSpec read_placement(const JsonAt& at) {
-  // Without a kind the keys cannot be judged yet: report them against "kind" alone.
-  if (!at.value().is_object() || !at.has("kind")) at.object({"kind"});
+  at.map();  // the kind comes first: it says which other key the policy has
   PlacementSpec spec;
   const std::string kind = at["kind"].one_of(placement_kind_names());
   for (size_t i = 0; i < placement_kind_names().size(); ++i)

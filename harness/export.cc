@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 namespace zerocheck {
 namespace {
@@ -139,8 +140,10 @@ nlohmann::json export_scenarios(const ExportOptions& options) {
   std::set<std::string> on_modules, on_params;
   int64_t repeated_same = 0, repeated_fresh = 0;
   for (const auto& entry : entries) {
-    std::ifstream in(fs::path(options.out_dir) / entry["file"].get<std::string>());
-    const Scenario s = scenario_from_json(nlohmann::json::parse(in));
+    std::ifstream in(fs::path(options.out_dir) / entry["file"].get<std::string>(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const Scenario s = parse_scenario(text.str());  // the one reader, as the replays will read it
     for (const auto& n : s.tree) {
       for (const auto& a : n.attrs) on_modules.insert(a.name);
       for (const auto& [param, attrs] : n.param_attrs)

@@ -73,18 +73,8 @@ std::vector<std::string> kind_names() {
   return out;
 }
 
-std::vector<std::string> every_node_key() {
-  std::vector<std::string> out = names({"kind"}, schema::common_node_keys());
-  for (const auto& row : schema::node_kinds()) out = names(out, row.keys);
-  return out;
-}
-
 NodeSpec read_node(const JsonAt& at, size_t index, size_t nodes) {
-  // Without a kind the keys cannot be judged by kind: report them against every node key.
-  if (!at.value().is_object() || !at.has("kind")) {
-    const auto keys = every_node_key();
-    at.object({"kind"}, {keys.begin() + 1, keys.end()});
-  }
+  at.map();  // the kind comes first: it says which other keys the node may have
   NodeSpec node;
   node.kind = at["kind"].one_of(kind_names());
   const schema::NodeKind& kind = *schema::find_node_kind(node.kind);
@@ -124,7 +114,7 @@ std::vector<std::string> op_names() {
 }
 
 Op read_op(const JsonAt& at) {
-  if (!at.value().is_object() || !at.has("op")) at.object({"op"});
+  at.map();  // the operation comes first: it says which other keys it may have
   const std::string name = at["op"].one_of(op_names());
   Op op;
   for (size_t i = 0; i < schema::op_rows().size(); ++i)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import values
 from .collisions import PristineNames
+from .strict_json import index_path, key_path
 
 
 class WriteSkipped(Exception):
@@ -74,16 +75,17 @@ class AttributeLedger:
             node, module = scenario.tree[index], self.built.nodes[index]
             key = ObjectKey(self.built.path_of(module), "")
             for j, entry in enumerate(node.attrs):
-                what = f"tree[{index}].attrs[{j}] {entry.name!r}"
+                what = f"{index_path(key_path(index_path('$.tree', index), 'attrs'), j)} {entry.name!r}"
                 self._try_write(module, key, entry, what, skipped)
             for pname, entries in node.param_attrs.items():
                 param = module.get_parameter(pname)
                 pkey = ObjectKey(*self.built.param_key(param))
                 for j, entry in enumerate(entries):
-                    what = f"tree[{index}].param_attrs.{pname}[{j}] {entry.name!r}"
+                    what = (f"{index_path(key_path(key_path(index_path('$.tree', index), 'param_attrs'), pname), j)} "
+                            f"{entry.name!r}")
                     self._try_write(param, pkey, entry, what, skipped)
         for index in self.built.unreachable:
-            skipped.append((f"tree[{index}]", "no parent lists this node; it is not in the model"))
+            skipped.append((index_path("$.tree", index), "no parent lists this node; it is not in the model"))
         return skipped
 
     def expectations(self):
