@@ -48,7 +48,6 @@ class JsonAt {
 
   const nlohmann::json& value() const { return *value_; }
   const std::string& path() const { return path_; }
-  Thrower thrower() const { return thrower_; }
 
   // Throws "<path>: <what>".
   [[noreturn]] void fail(const std::string& what) const;

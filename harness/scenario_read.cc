@@ -67,16 +67,10 @@ std::vector<AttrEntry> attr_list(const JsonAt& at) {
   return out;
 }
 
-std::vector<std::string> kind_names() {
-  std::vector<std::string> out;
-  for (const auto& row : schema::node_kinds()) out.push_back(row.name);
-  return out;
-}
-
 NodeSpec read_node(const JsonAt& at, size_t index, size_t nodes) {
   at.map();  // the kind comes first: it says which other keys the node may have
   NodeSpec node;
-  node.kind = at["kind"].one_of(kind_names());
+  node.kind = at["kind"].one_of(schema::node_kind_names());
   const schema::NodeKind& kind = *schema::find_node_kind(node.kind);
   at.object({"kind"}, names(schema::common_node_keys(), kind.keys));
   if (at.has("bias")) node.bias = at["bias"].boolean();
@@ -107,15 +101,9 @@ NodeSpec read_node(const JsonAt& at, size_t index, size_t nodes) {
   return node;
 }
 
-std::vector<std::string> op_names() {
-  std::vector<std::string> out;
-  for (const auto& row : schema::op_rows()) out.push_back(row.name);
-  return out;
-}
-
 Op read_op(const JsonAt& at) {
   at.map();  // the operation comes first: it says which other keys it may have
-  const std::string name = at["op"].one_of(op_names());
+  const std::string name = at["op"].one_of(schema::op_names());
   Op op;
   for (size_t i = 0; i < schema::op_rows().size(); ++i)
     if (name == schema::op_rows()[i].name) op.kind = static_cast<OpKind>(i);
@@ -137,12 +125,6 @@ Op read_op(const JsonAt& at) {
 
 int64_t bounded(const JsonAt& at, const schema::Limit& limit) { return at.integer(limit.lo, limit.hi); }
 
-std::vector<std::string> optimizer_names() {
-  std::vector<std::string> out;
-  for (const auto& row : schema::optimizers()) out.push_back(row.kind);
-  return out;
-}
-
 }  // namespace
 
 Scenario parse_scenario(std::string_view text) {
@@ -160,7 +142,7 @@ Scenario scenario_from_json(const nlohmann::json& root) {
   s.batch = bounded(at["batch"], schema::limits::batch);
   const JsonAt optimizer = at["optimizer"];
   optimizer.object({"kind", "lr"});
-  s.optimizer = optimizer["kind"].one_of(optimizer_names());
+  s.optimizer = optimizer["kind"].one_of(schema::optimizer_kinds());
   s.lr = optimizer["lr"].number();
   s.config = zero3::Config::read(at["config"]);
   // The config's "zerocheck.placement" section is the same setting as "placement": a scenario

@@ -141,22 +141,10 @@ void attr_list(const std::string& path, const std::vector<AttrEntry>& entries) {
 
 namespace {
 
-std::vector<std::string> names_of_node_kinds() {
-  std::vector<std::string> out;
-  for (const auto& row : schema::node_kinds()) out.push_back(row.name);
-  return out;
-}
-
-std::vector<std::string> names_of_optimizers() {
-  std::vector<std::string> out;
-  for (const auto& row : schema::optimizers()) out.push_back(row.kind);
-  return out;
-}
-
 void validate_node(const Scenario& s, size_t index) {
   const NodeSpec& node = s.tree[index];
   const std::string path = zero3::index_path("$.tree", index);
-  rules::one_of(zero3::key_path(path, "kind"), node.kind, names_of_node_kinds());
+  rules::one_of(zero3::key_path(path, "kind"), node.kind, schema::node_kind_names());
   const schema::NodeKind& kind = *schema::find_node_kind(node.kind);
   auto takes = [&](const char* key) { return std::count(kind.keys.begin(), kind.keys.end(), key) > 0; };
   std::vector<std::string> keys = {"kind"};
@@ -222,7 +210,7 @@ void validate(const Scenario& s) {
                               std::to_string(schema::limits::seed.hi) + "]");
   rules::within("$.features", s.features, schema::limits::features);
   rules::within("$.batch", s.batch, schema::limits::batch);
-  rules::one_of("$.optimizer.kind", s.optimizer, names_of_optimizers());
+  rules::one_of("$.optimizer.kind", s.optimizer, schema::optimizer_kinds());
   rules::learning_rate("$.optimizer.lr", s.lr);
   if (s.config.placement.kind != zero3::PlacementSpec::Kind::none)
     rules::fail("$.config.zerocheck.placement", "a scenario's policy belongs in Scenario::placement");

@@ -46,6 +46,19 @@ const std::vector<OpRow>& op_rows() {
   return all;
 }
 
+// The names of a table's rows, in its order (what messages list as "expected one of").
+template <class Rows, class Name>
+std::vector<std::string> names_of(const Rows& rows, Name name) {
+  std::vector<std::string> out;
+  for (const auto& row : rows) out.push_back(name(row));
+  return out;
+}
+
+const std::vector<std::string>& op_names() {
+  static const auto all = names_of(op_rows(), [](const OpRow& row) { return row.name; });
+  return all;
+}
+
 std::vector<std::string> op_key_names(unsigned mask) {
   std::vector<std::string> out;
 #define ZEROCHECK_OP_KEY_NAME(k) \
@@ -65,6 +78,11 @@ const OptimizerRow* find_optimizer(std::string_view kind) {
   for (const auto& row : optimizers())
     if (kind == row.kind) return &row;
   return nullptr;
+}
+
+const std::vector<std::string>& optimizer_kinds() {
+  static const auto all = names_of(optimizers(), [](const OptimizerRow& row) { return row.kind; });
+  return all;
 }
 
 const char* to_string(Children rule) {
@@ -101,6 +119,11 @@ const NodeKind* find_node_kind(std::string_view name) {
   for (const auto& row : node_kinds())
     if (name == row.name) return &row;
   return nullptr;
+}
+
+const std::vector<std::string>& node_kind_names() {
+  static const auto all = names_of(node_kinds(), [](const NodeKind& row) { return row.name; });
+  return all;
 }
 
 std::vector<std::string> parameter_names(const NodeSpec& node) {

@@ -107,6 +107,7 @@ struct OpRow {
   const char* doc;
 };
 const std::vector<OpRow>& op_rows();  // in ZEROCHECK_OPS order
+const std::vector<std::string>& op_names();
 // Returns the names of the keys in `mask`, in ZEROCHECK_OP_KEYS order.
 std::vector<std::string> op_key_names(unsigned mask);
 
@@ -124,6 +125,7 @@ struct OptimizerRow {
 };
 const std::vector<OptimizerRow>& optimizers();
 const OptimizerRow* find_optimizer(std::string_view kind);
+const std::vector<std::string>& optimizer_kinds();
 
 // How many children a node kind takes.
 enum class Children { none, any, at_least_one };
@@ -155,6 +157,7 @@ const std::vector<std::string>& common_node_keys();
 const std::vector<NodeKind>& node_kinds();
 // Returns the row of `name`, or nullptr.
 const NodeKind* find_node_kind(std::string_view name);
+const std::vector<std::string>& node_kind_names();
 // Returns the local parameter names of `node` (its kind's slots, bias-dependent ones filtered).
 std::vector<std::string> parameter_names(const NodeSpec& node);
 
