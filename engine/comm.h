@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,9 @@ class AbortSignal {
 struct CommOptions {
   std::chrono::milliseconds timeout{30000};
   std::shared_ptr<AbortSignal> abort = std::make_shared<AbortSignal>();
+  // LocalComm only. When set, a rank waiting for its peers calls it instead of blocking: the
+  // ranks are fibers of one thread (harness/fiber_world.h) and `yield` runs the others.
+  std::function<void()> yield;
 };
 
 struct CommStats {

@@ -47,6 +47,9 @@ int64_t Route::next(const std::string& where, int64_t count) {
   return choice;
 }
 
+ForwardInterceptor* current_forward_interceptor() { return current_interceptor; }
+void set_current_forward_interceptor(ForwardInterceptor* interceptor) { current_interceptor = interceptor; }
+
 InterceptorScope::InterceptorScope(ForwardInterceptor* interceptor)
     : previous_(current_interceptor) {
   current_interceptor = interceptor;

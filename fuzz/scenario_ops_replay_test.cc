@@ -1,7 +1,7 @@
 // Replays fuzz/corpus/scenario_ops and fuzz/regressions/scenario_ops without libFuzzer: each
 // file decodes to a scenario on which the reference engine holds every invariant.
 #include "fuzz/replay_files.h"
-#include "fuzz/scenario_ops_check.h"
+#include "fuzz/scenario_target.h"
 
 #include "engine/errors.h"
 
@@ -21,10 +21,12 @@ class ScenarioOpsReplay : public testing::TestWithParam<ReplayFile> {};
 TEST_P(ScenarioOpsReplay, ReferenceEngineHoldsEveryInvariant) {
   std::string bytes;
   ASSERT_TRUE(read_replay_file(GetParam(), &bytes));
+  const auto& target = scenario_ops_target();
   const OpsRun run =
-      run_scenario_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none);
-  const auto finding = finding_of(run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_scenario_ops on " +
-                                                               GetParam().path + ")");
+      run_scenario_bytes(target, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none);
+  const auto finding =
+      finding_of(target, run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_scenario_ops on " +
+                                                      GetParam().path + ")");
   EXPECT_FALSE(finding) << finding->signature << "\n" << finding->details;
 }
 
@@ -33,24 +35,25 @@ TEST(ScenarioOpsLimits, ComeFromTheEnvironmentAndBadValuesNameTheVariable) {
   ::setenv("ZEROCHECK_FUZZ_WORLD", "2", 1);
   ::setenv("ZEROCHECK_FUZZ_MAX_NODES", "3", 1);
   ::setenv("ZEROCHECK_FUZZ_MAX_OPS", "8", 1);
-  const DecodeLimits limits = limits_from_environment();
+  const DecodeLimits limits = limits_from_environment(scenario_ops_target());
   EXPECT_EQ(limits.world, 2);
   EXPECT_EQ(limits.max_nodes, 3u);
   EXPECT_EQ(limits.max_ops, 8u);
   const std::string bytes(200, '\x5a');
   const OpsRun run =
-      run_scenario_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none, limits);
+      run_scenario_bytes(scenario_ops_target(), reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                         zero3::Fault::none, limits);
   EXPECT_EQ(run.scenario.world_size, 2);
   EXPECT_LE(run.scenario.tree.size(), 3u);
   EXPECT_LE(run.scenario.ops.size(), 8u);
   for (const char* bad : {"0", "5", "2x", ""}) {
     ::setenv("ZEROCHECK_FUZZ_WORLD", bad, 1);
     if (*bad == '\0') {
-      EXPECT_EQ(limits_from_environment().world, 0);  // empty: decoded from the input
+      EXPECT_EQ(limits_from_environment(scenario_ops_target()).world, 0);  // empty: decoded from the input
       continue;
     }
     try {
-      limits_from_environment();
+      limits_from_environment(scenario_ops_target());
       ADD_FAILURE() << "ZEROCHECK_FUZZ_WORLD=" << bad << " was accepted";
     } catch (const zero3::UsageError& e) {
       EXPECT_NE(std::string(e.what()).find("ZEROCHECK_FUZZ_WORLD='" + std::string(bad) + "'"), std::string::npos)

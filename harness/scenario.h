@@ -56,7 +56,7 @@ struct NodeSpec {
 
 // The operations of schema::ZEROCHECK_OPS, in its order.
 enum class OpKind {
-#define ZEROCHECK_OP_ENUM(name, required, optional, weight, doc) name,
+#define ZEROCHECK_OP_ENUM(name, required, optional, weight, attributes_weight, doc) name,
   ZEROCHECK_OPS(ZEROCHECK_OP_ENUM)
 #undef ZEROCHECK_OP_ENUM
 };

@@ -1,5 +1,9 @@
 // World: run a function on N ranks, each a thread with its own Comm.
 //
+// Rank 0 runs on the calling thread and the others on threads kept from one world to the next
+// (making and joining threads cost more than a small fuzz input's whole run); every rank starts
+// from a new thread's LibTorch thread-local state, and the caller's comes back afterwards.
+//
 // Comms are LocalComm (shared memory) or real c10d Gloo process groups sharing an in-process
 // store. A rank that throws trips the world's abort signal, so peers blocked in a collective
 // fail within milliseconds instead of waiting for a timeout; the caller gets the first error
@@ -26,6 +30,9 @@ struct WorldOptions {
   int world_size = 2;
   CommKind comm = CommKind::local;
   std::chrono::milliseconds timeout{30000};  // per collective
+  // Every rank a fiber of the calling thread (harness/fiber_world.h): LocalComm only, and no
+  // backward may run.
+  bool ranks_as_fibers = false;
 };
 
 // The first failure of a world: which rank, and what it threw.

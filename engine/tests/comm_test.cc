@@ -19,11 +19,16 @@ using zerocheck::RankFailure;
 using zerocheck::run_world;
 using zerocheck::WorldOptions;
 
-class CommTest : public ::testing::TestWithParam<std::tuple<CommKind, int>> {
+// How the ranks run: LocalComm threads, Gloo threads, or LocalComm fibers of one thread
+// (harness/fiber_world.h).
+enum class Ranks { local, gloo, local_fibers };
+
+class CommTest : public ::testing::TestWithParam<std::tuple<Ranks, int>> {
  protected:
   WorldOptions options() const {
     WorldOptions o;
-    o.comm = std::get<0>(GetParam());
+    o.comm = std::get<0>(GetParam()) == Ranks::gloo ? CommKind::gloo : CommKind::local;
+    o.ranks_as_fibers = std::get<0>(GetParam()) == Ranks::local_fibers;
     o.world_size = std::get<1>(GetParam());
     o.timeout = std::chrono::milliseconds(20000);
     return o;
@@ -100,11 +105,12 @@ TEST_P(CommTest, AFailingRankMakesPeersFailFastWithItsError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    LocalAndGloo, CommTest,
-    ::testing::Combine(::testing::Values(CommKind::local, CommKind::gloo), ::testing::Values(1, 2, 3, 5)),
+    LocalGlooAndFibers, CommTest,
+    ::testing::Combine(::testing::Values(Ranks::local, Ranks::gloo, Ranks::local_fibers), ::testing::Values(1, 2, 3, 5)),
     [](const auto& info) {
-      return std::string(zerocheck::to_string(std::get<0>(info.param))) + "_world" +
-             std::to_string(std::get<1>(info.param));
+      const Ranks ranks = std::get<0>(info.param);
+      const char* name = ranks == Ranks::local ? "local" : ranks == Ranks::gloo ? "gloo" : "local_fibers";
+      return std::string(name) + "_world" + std::to_string(std::get<1>(info.param));
     });
 
 TEST(LocalComm, MismatchedSizesAreAnErrorNotGarbage) {

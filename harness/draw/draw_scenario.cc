@@ -30,8 +30,8 @@ constexpr bool within(Span span, const schema::Limit& limit) { return limit.lo <
 constexpr Span kSeed{0, 999};
 constexpr Span kFeatures{1, 4};
 constexpr Span kBatch{1, 2};
-constexpr Span kDepth{1, kMaxDrawnDepth};
 constexpr Span kChildren{1, 3};
+constexpr Span kAttributesChildren{1, 4};  // 64 nodes within depth 5
 constexpr Span kExpertId{0, 11};        // more ids than ranks: several experts per owner
 constexpr Span kIntValue{0, 63};
 constexpr Span kEighths{-40, 39};       // float values: these over 8, exact in binary
@@ -42,7 +42,8 @@ constexpr Span kLetters{1, 12};
 constexpr Span kRouteLength{0, 2};
 constexpr Span kRouteChoice{0, 3};
 constexpr int kModuleAttrs = 3, kContainerAttrs = 2, kParamAttrs = 2;
-static_assert(kMaxDrawnWorld <= limits::world_size.hi && within(kSeed, limits::seed) &&
+static_assert(kMaxDrawnWorld <= limits::world_size.hi && kMaxAttributesWorld <= limits::world_size.hi &&
+              kMaxAttributesNodes <= limits::nodes.hi && within(kSeed, limits::seed) &&
               within(kFeatures, limits::features) && within(kBatch, limits::batch) &&
               kMaxDrawnNodes <= limits::nodes.hi && kMaxDrawnOps <= limits::ops.hi &&
               within(kTensorNumel, limits::tensor_numel) && within(kListItems, limits::value_list_items) &&
@@ -127,11 +128,13 @@ std::vector<ModuleAt> modules_of(const Scenario& s) {
 
 class Draw {
  public:
-  Draw(Chooser& chooser, const DrawLimits& limits) : c_(chooser), limits_(limits) {}
+  Draw(Chooser& chooser, const DrawLimits& limits)
+      : c_(chooser), limits_(limits), bounds_(bounds_of(limits.profile)),
+        training_(limits.profile == DrawProfile::training) {}
 
   Scenario scenario() {
     Scenario s;
-    s.world_size = static_cast<int>(integer({1, kMaxDrawnWorld}));
+    s.world_size = static_cast<int>(integer({1, bounds_.max_world}));
     if (limits_.world > 0) s.world_size = limits_.world;  // drawn all the same: the same bytes follow
     s.seed = static_cast<uint64_t>(integer(kSeed));
     s.features = integer(kFeatures);
@@ -144,7 +147,7 @@ class Draw {
     s.config.gradient_accumulation_steps = pick(c_, kAccumulationSteps);
     const auto placement = pick(c_, kPlacements);
     const bool expert_ids = placement == zero3::PlacementSpec::Kind::attr_mod;
-    subtree(s, std::min<int>(static_cast<int>(integer(kDepth)), limits_.max_depth), expert_ids);
+    subtree(s, std::min<int>(static_cast<int>(integer({1, bounds_.max_depth})), limits_.max_depth), expert_ids);
 
     const std::vector<ModuleAt> modules = modules_of(s);
     s.placement.kind = placement;
@@ -153,12 +156,12 @@ class Draw {
       for (const auto& module : modules)  // place some experts explicitly
         if (module.expert && c_.boolean(1, 1))
           // Drawn from the widest world whatever this one is, so a fixed world reads the same bytes.
-          s.placement.owners[module.path] = integer({0, kMaxDrawnWorld - 1}) % s.world_size;
+          s.placement.owners[module.path] = integer({0, bounds_.max_world - 1}) % s.world_size;
 
     if (pick(c_, kInitializeFirst) && limits_.max_ops > 0) s.ops.emplace_back(OpKind::initialize);
     while (s.ops.size() < limits_.max_ops && c_.another()) {
       std::vector<Op> unit;
-      switch (pick(c_, kUnits)) {
+      switch (training_ ? pick(c_, kUnits) : Unit::single) {
         case Unit::single: unit = {op(modules)}; break;
         case Unit::training_step: {
           Op forward(OpKind::forward);
@@ -265,7 +268,7 @@ class Draw {
     NodeSpec node;
     node.kind = kind.name;
     node.attrs = attrs(kContainerAttrs);
-    const int64_t n = integer(kChildren);
+    const int64_t n = integer(training_ ? kChildren : kAttributesChildren);
     const int64_t tie = c_.boolean(5, 1) ? c_.integer(0, n - 1) : -1;
     for (int64_t i = 0; i < n && s.tree.size() < limits_.max_nodes; ++i) {
       const int child = static_cast<int>(s.tree.size());
@@ -285,7 +288,7 @@ class Draw {
 
   Op op(const std::vector<ModuleAt>& modules) {
     std::vector<int> weights;
-    for (const auto& row : schema::op_rows()) weights.push_back(row.draw_weight);
+    for (const auto& row : schema::op_rows()) weights.push_back(training_ ? row.draw_weight : row.attributes_weight);
     Op op(op_kind_of_row(c_.weighted(weights)));
     const ModuleAt& module = element(modules);
     switch (op.kind) {
@@ -308,20 +311,41 @@ class Draw {
 
   Chooser& c_;
   const DrawLimits& limits_;
+  const ProfileBounds bounds_;
+  const bool training_;
 };
 
 }  // namespace
 
+ProfileBounds bounds_of(DrawProfile profile) {
+  if (profile == DrawProfile::attributes)
+    return {kMaxAttributesWorld, kMaxAttributesNodes, kMaxDrawnOps, kMaxAttributesDepth};
+  return {kMaxDrawnWorld, kMaxDrawnNodes, kMaxDrawnOps, kMaxDrawnDepth};
+}
+
+const char* to_string(DrawProfile profile) {
+  return profile == DrawProfile::attributes ? "attributes" : "training";
+}
+
+DrawLimits::DrawLimits(DrawProfile p) : profile(p) {
+  const ProfileBounds widest = bounds_of(p);
+  max_nodes = widest.max_nodes;
+  max_ops = widest.max_ops;
+  max_depth = widest.max_depth;
+}
+
 void DrawLimits::validate() const {
-  auto bad = [](const char* field, int64_t value, const std::string& range) {
-    throw zero3::UsageError(fmt::format("draw limit {} = {} is outside {}", field, value, range));
+  const ProfileBounds widest = bounds_of(profile);
+  auto bad = [&](const char* field, int64_t value, const std::string& range) {
+    throw zero3::UsageError(
+        fmt::format("draw limit {} = {} is outside {} (profile {})", field, value, range, to_string(profile)));
   };
-  if (world < 0 || world > kMaxDrawnWorld) bad("world", world, fmt::format("0..{} (0: drawn)", kMaxDrawnWorld));
-  if (max_nodes < 1 || max_nodes > kMaxDrawnNodes)
-    bad("max_nodes", static_cast<int64_t>(max_nodes), fmt::format("1..{}", kMaxDrawnNodes));
-  if (max_ops > kMaxDrawnOps) bad("max_ops", static_cast<int64_t>(max_ops), fmt::format("0..{}", kMaxDrawnOps));
-  if (max_depth < 1 || max_depth > kMaxDrawnDepth)
-    bad("max_depth", max_depth, fmt::format("1..{}", kMaxDrawnDepth));
+  if (world < 0 || world > widest.max_world) bad("world", world, fmt::format("0..{} (0: drawn)", widest.max_world));
+  if (max_nodes < 1 || max_nodes > widest.max_nodes)
+    bad("max_nodes", static_cast<int64_t>(max_nodes), fmt::format("1..{}", widest.max_nodes));
+  if (max_ops > widest.max_ops) bad("max_ops", static_cast<int64_t>(max_ops), fmt::format("0..{}", widest.max_ops));
+  if (max_depth < 1 || max_depth > widest.max_depth)
+    bad("max_depth", max_depth, fmt::format("1..{}", widest.max_depth));
 }
 
 Scenario draw_scenario(Chooser& chooser, const DrawLimits& limits) {

@@ -36,11 +36,36 @@ inline constexpr size_t kMaxDrawnNodes = 12;
 inline constexpr size_t kMaxDrawnOps = 64;
 inline constexpr int kMaxDrawnDepth = 4;
 
+// What a draw is for. `training`: the whole language (properties, `check`, the scenario_ops
+// fuzzer). `attributes`: the property the project exists for, fast: no operation that trains or
+// checkpoints (initialize and repeated initialize with the same or a fresh optimizer, attribute
+// writes and deletes, forward, release, destroy; single operations, no units), trees of up to
+// kMaxAttributesNodes nodes (containers of up to four children, depth up to five) over worlds of
+// up to kMaxAttributesWorld ranks: the fuzz_attrs target's language.
+enum class DrawProfile { training, attributes };
+inline constexpr int kMaxAttributesWorld = 8;
+inline constexpr size_t kMaxAttributesNodes = 64;
+inline constexpr int kMaxAttributesDepth = 5;
+
+// The widest limits of a profile.
+struct ProfileBounds {
+  int max_world;
+  size_t max_nodes, max_ops;
+  int max_depth;
+};
+ProfileBounds bounds_of(DrawProfile profile);
+// "training" / "attributes".
+const char* to_string(DrawProfile profile);
+
 struct DrawLimits {
-  int world = 0;                       // 0: as drawn; else 1..kMaxDrawnWorld, fixed
-  size_t max_nodes = kMaxDrawnNodes;   // 1..kMaxDrawnNodes
+  DrawLimits() = default;
+  // The widest limits of `profile`.
+  explicit DrawLimits(DrawProfile p);
+  DrawProfile profile = DrawProfile::training;
+  int world = 0;                       // 0: as drawn; else 1..the profile's max_world, fixed
+  size_t max_nodes = kMaxDrawnNodes;   // 1..the profile's max_nodes
   size_t max_ops = kMaxDrawnOps;       // 0..kMaxDrawnOps
-  int max_depth = kMaxDrawnDepth;      // 1..kMaxDrawnDepth
+  int max_depth = kMaxDrawnDepth;      // 1..the profile's max_depth
 
   // Throws UsageError naming the field, its value and the range when a limit is out of range.
   void validate() const;

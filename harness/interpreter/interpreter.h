@@ -37,6 +37,10 @@ struct RunOptions {
   // Oracles switched off ("I3", ...): `zerocheck mutants --ablate` shows which faults only they
   // catch. A switched-off I7 lets an unexpected error end the scenario without a verdict.
   std::set<std::string> disabled_oracles;
+  // Every rank a fiber of the calling thread instead of a thread (harness/fiber_world.h): an
+  // order of magnitude faster for wide worlds; LocalComm only, and run_scenario refuses a
+  // scenario with a backward (autograd's per-thread state).
+  bool ranks_as_fibers = false;
 };
 
 // What one operation did on one rank, typed: tests and properties read these fields.
@@ -67,11 +71,26 @@ int64_t measured_state_bytes(const zero3::Engine& engine);
 
 class ScenarioRunner;
 
+// The dense twin (harness/model) of one run of a scenario, shared by the ranks of its world: it
+// trains every rank's micro-batch, so one copy serves them all instead of one copy per rank
+// doing the world's work each. The first rank to make a call on it computes, the others read
+// what it gave; a rank whose calls differ from the shared ones (a fault that makes ranks
+// disagree) goes on with its own twin, rebuilt from its own calls, so every rank always sees the
+// twin its own operations imply.
+//
+// Requires: every rank sharing it finishes reading the twin after operation i before any rank
+// starts operation i + 1 (run_scenario's agreement after every operation does this).
+// Thread-safety: shared by the rank threads (or fibers) of one world.
+class SharedTwin;
+// Returns the twin of `scenario` for the ranks of one run.
+std::shared_ptr<SharedTwin> make_shared_twin(const Scenario& scenario);
+
 // One rank's interpreter, usable step by step (the stateful property drives it directly).
 class RankInterpreter {
  public:
+  // `shared_twin` (optional, see SharedTwin) replaces this rank's own dense twin.
   RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
-                  const std::string& checkpoint_dir);
+                  const std::string& checkpoint_dir, std::shared_ptr<SharedTwin> shared_twin = nullptr);
   ~RankInterpreter();
 
   // Applies operation `index` and checks the invariants.

@@ -1,5 +1,6 @@
 // One rank's interpreter: applies an operation to this rank's engine and to the model, measures
 // what the engine holds and moved, and hands both to the oracles.
+#include "engine/awake_wait.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
@@ -12,7 +13,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
 #include <unordered_set>
+#include <utility>
 
 namespace zerocheck {
 namespace {
@@ -98,10 +104,170 @@ OpOutcome refused(std::string error) {
 
 }  // namespace
 
+// ---- the dense twin, shared by the ranks of a world ----------------------------------------------
+
+namespace {
+
+// One call the interpreter makes on the dense twin. The twin's state is a function of the calls
+// made on it, so two ranks whose calls are equal see the same twin.
+struct TwinCall {
+  enum class Kind { retarget, forward, backward, drop_pending, step, zero_grad, save, load };
+  explicit TwinCall(Kind k) : kind(k) {}
+  static TwinCall retarget_to(std::string path) {
+    TwinCall call(Kind::retarget);
+    call.target = std::move(path);
+    return call;
+  }
+  static TwinCall forward_of(int64_t index, const Op& op, std::shared_ptr<const model::Expectation> expectation) {
+    TwinCall call(Kind::forward);
+    call.index = index;
+    call.route = route_of(op);
+    call.expectation = std::move(expectation);
+    return call;
+  }
+
+  Kind kind;
+  std::string target;  // retarget
+  int64_t index = -1;  // forward: the operation (its batches)
+  zero3::Route route;  // forward: the operation's route, fresh (route_of)
+  std::shared_ptr<const model::Expectation> expectation;  // forward: what its traffic trace follows
+
+  friend bool operator==(const TwinCall& a, const TwinCall& b) {
+    return a.kind == b.kind && a.target == b.target && a.index == b.index && a.route.choices() == b.route.choices() &&
+           (a.expectation == b.expectation || (a.expectation && b.expectation && *a.expectation == *b.expectation));
+  }
+};
+
+// What a call gave.
+struct TwinOutcome {
+  std::vector<double> losses;                  // forward: by rank
+  std::shared_ptr<model::TrafficTrace> trace;  // forward: the schedule it traced
+  std::set<std::string> with_gradient;         // backward
+};
+
+// A trace together with the expectation it reads.
+struct OwnedTrace {
+  OwnedTrace(std::shared_ptr<const model::Expectation> e, const std::shared_ptr<Module>& target, int world)
+      : expectation(std::move(e)), trace(*expectation, target, world) {}
+  std::shared_ptr<const model::Expectation> expectation;
+  model::TrafficTrace trace;
+};
+
+TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const Scenario& s) {
+  TwinOutcome out;
+  switch (call.kind) {
+    case TwinCall::Kind::retarget: twin.retarget(call.target); break;
+    case TwinCall::Kind::forward: {
+      auto owned = std::make_shared<OwnedTrace>(call.expectation, twin.target(), s.world_size);
+      out.trace = std::shared_ptr<model::TrafficTrace>(owned, &owned->trace);
+      out.losses = twin.forward(call.index, call.route, out.trace.get());
+      break;
+    }
+    case TwinCall::Kind::backward: out.with_gradient = twin.backward(); break;
+    case TwinCall::Kind::drop_pending: twin.drop_pending(); break;
+    case TwinCall::Kind::step: twin.step(); break;
+    case TwinCall::Kind::zero_grad: twin.zero_grad(); break;
+    case TwinCall::Kind::save: twin.save(); break;
+    case TwinCall::Kind::load: twin.load(); break;
+  }
+  return out;
+}
+
+}  // namespace
+
+class SharedTwin {
+ public:
+  explicit SharedTwin(const Scenario& s) : twin(s) {}
+  std::shared_mutex mutex;
+  model::DenseTwin twin;
+  std::vector<TwinCall> calls;         // every call made on `twin`, in order
+  std::vector<TwinOutcome> outcomes;  // what each gave
+};
+
+std::shared_ptr<SharedTwin> make_shared_twin(const Scenario& scenario) {
+  use_sequential_kernels();  // the twin is built here, not on a rank thread: see world.h
+  return std::make_shared<SharedTwin>(scenario);
+}
+
+namespace {
+
+// Takes `lock`. A rank holding it is computing what this one needs next, mostly for less than a
+// futex wake-up costs on a virtual machine: wait awake first (engine/awake_wait.h).
+template <class Lock>
+ZERO3_TIMING_DEPENDENT void take(Lock& lock) {
+  if (!zero3::wait_awake([&] { return lock.try_lock(); }, std::chrono::microseconds(500))) lock.lock();
+}
+
+// One rank's dense twin: the world's shared one while this rank's calls are the shared calls,
+// else its own.
+class TwinView {
+ public:
+  TwinView(const Scenario& s, std::shared_ptr<SharedTwin> shared) : s_(s), shared_(std::move(shared)) {
+    if (!shared_) own_ = std::make_unique<model::DenseTwin>(s);
+  }
+
+  TwinOutcome call(TwinCall call) {
+    if (shared_) {
+      std::unique_lock<std::shared_mutex> lock(shared_->mutex, std::defer_lock);
+      take(lock);
+      const size_t position = history_.size();
+      if (shared_->calls.size() == position) {  // the first rank here computes
+        TwinOutcome outcome = apply_call(shared_->twin, call, s_);
+        shared_->calls.push_back(call);
+        shared_->outcomes.push_back(outcome);
+        history_.push_back(std::move(call));
+        return outcome;
+      }
+      if (position < shared_->calls.size() && shared_->calls[position] == call) {  // computed by another rank
+        history_.push_back(std::move(call));
+        return shared_->outcomes[position];
+      }
+      lock.unlock();
+      go_own();
+    }
+    TwinOutcome outcome = apply_call(*own_, call, s_);
+    history_.push_back(std::move(call));
+    return outcome;
+  }
+
+  // Returns read(twin) for the twin in the state this rank's calls put it in.
+  template <class Read>
+  auto read(Read&& read) {
+    if (shared_) {
+      std::shared_lock<std::shared_mutex> lock(shared_->mutex, std::defer_lock);
+      take(lock);
+      if (shared_->calls.size() == history_.size()) return read(std::as_const(shared_->twin));
+      lock.unlock();
+      go_own();
+    }
+    return read(std::as_const(*own_));
+  }
+
+ private:
+  // From here on this rank trains its own twin, brought to where its calls so far put it.
+  void go_own() {
+    own_ = std::make_unique<model::DenseTwin>(s_);
+    for (const TwinCall& call : history_) apply_call(*own_, call, s_);
+    shared_.reset();
+  }
+
+  const Scenario& s_;
+  std::shared_ptr<SharedTwin> shared_;      // null once this rank has its own
+  std::unique_ptr<model::DenseTwin> own_;
+  std::vector<TwinCall> history_;           // the calls this rank made
+};
+
+}  // namespace
+
 class ScenarioRunner {
  public:
-  ScenarioRunner(const Scenario& s, zero3::Comm& comm, const RunOptions& options, std::string dir)
-      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)), ledger_(model_), twin_(s) {}
+  ScenarioRunner(const Scenario& s, zero3::Comm& comm, const RunOptions& options, std::string dir,
+                 std::shared_ptr<SharedTwin> shared_twin)
+      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)), ledger_(model_) {
+    // The twin is a whole second model trained alongside: only I3 and I8 read it, and the
+    // attributes fuzzer (I1, I2, I5, I7) runs hundreds of scenarios a second without it.
+    if (enabled("I3") || enabled("I8")) twin_.emplace(s, std::move(shared_twin));
+  }
 
   OpOutcome apply(int64_t index, const Op& op) {
     index_ = index;
@@ -122,12 +288,16 @@ class ScenarioRunner {
     }
     outcome.kind = op.kind;
     if (options_.checks_after_every_op) {
-      require(oracles::attributes(ledger_));
-      if (engine_) {
+      if (enabled("I1")) require(oracles::attributes(ledger_));
+      // Measured once for the sweeps that are on; a switched-off oracle costs nothing.
+      if (engine_ && (enabled("I2") || enabled("I4") || (twin_ && enabled("I3")))) {
         const auto observed = observe();
-        require(oracles::placement(expectation_, observed, comm_.rank(), engine_target_));
-        require(oracles::memory(expectation_, observed, engine_target_));
-        require(oracles::parity(expectation_, twin_, observed, comm_.rank(), comm_.world_size(), engine_target_));
+        if (enabled("I2")) require(oracles::placement(*expectation_, observed, comm_.rank(), engine_target_));
+        if (enabled("I4")) require(oracles::memory(*expectation_, observed, engine_target_));
+        if (twin_ && enabled("I3"))
+          require(twin_->read([&](const model::DenseTwin& twin) {
+            return oracles::parity(*expectation_, twin, observed, comm_.rank(), comm_.world_size(), engine_target_);
+          }));
       }
     }
     if (deferred_traffic_) require(oracles::traffic(deferred_traffic_->operation, deferred_traffic_->expected,
@@ -226,8 +396,8 @@ class ScenarioRunner {
     engine_tree_ = std::move(new_tree);
     engine_optimizer_ = optimizer;
     if (fresh) user_optimizer_ = std::move(fresh);  // the user holds the new optimizer now
-    expectation_ = std::get<model::Expectation>(std::move(expected));
-    twin_.retarget(op.target);
+    expectation_ = std::make_shared<const model::Expectation>(std::get<model::Expectation>(std::move(expected)));
+    if (twin_) twin_->call(TwinCall::retarget_to(op.target));
     pending_ = at::Tensor();
     trace_.reset();
     return applied(fmt::format("engine over '{}' ({} parameters)", op.target, engine_->params().size()));
@@ -240,11 +410,14 @@ class ScenarioRunner {
     at::Tensor out = engine_->forward(x, route_of(op));
     const model::Traffic measured = model::traffic_between(before, stats());
     pending_ = training_loss(out, y);
-    trace_ = std::make_unique<model::TrafficTrace>(expectation_, twin_.target(), comm_.world_size());
-    const std::vector<double> dense = twin_.forward(index_, route_of(op), trace_.get());
     const double mine = pending_.item<double>();
-    require(oracles::loss_parity(dense[static_cast<size_t>(comm_.rank())], mine, engine_target_));
-    deferred_traffic_ = MeasuredTraffic{"forward", trace_->forward(), measured};
+    if (twin_) {
+      TwinOutcome dense_run = twin_->call(TwinCall::forward_of(index_, op, expectation_));
+      trace_ = std::move(dense_run.trace);
+      const std::vector<double>& dense = dense_run.losses;
+      require(oracles::loss_parity(dense[static_cast<size_t>(comm_.rank())], mine, engine_target_));
+      deferred_traffic_ = MeasuredTraffic{"forward", trace_->forward(), measured};
+    }
     OpOutcome outcome = applied(fmt::format("loss {:.6g}", mine));
     outcome.loss = mine;
     return outcome;
@@ -254,15 +427,17 @@ class ScenarioRunner {
     if (!engine_ || !pending_.defined()) return skipped("no forward to back-propagate");
     if (!pending_.requires_grad()) {
       pending_ = at::Tensor();
-      twin_.drop_pending();
+      if (twin_) twin_->call(TwinCall(TwinCall::Kind::drop_pending));
       return skipped("nothing trainable");
     }
     const auto before = stats();
     engine_->backward(pending_);
     const model::Traffic measured = model::traffic_between(before, stats());
     pending_ = at::Tensor();
-    const std::set<std::string> with_gradient = twin_.backward();
-    deferred_traffic_ = MeasuredTraffic{"backward", trace_->backward(with_gradient), measured};
+    if (twin_) {
+      const std::set<std::string> with_gradient = twin_->call(TwinCall(TwinCall::Kind::backward)).with_gradient;
+      deferred_traffic_ = MeasuredTraffic{"backward", trace_->backward(with_gradient), measured};
+    }
     return applied("ok");
   }
 
@@ -274,7 +449,7 @@ class ScenarioRunner {
     const auto before = stats();
     engine_->step();
     deferred_traffic_ = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, stats())};
-    twin_.step();
+    if (twin_) twin_->call(TwinCall(TwinCall::Kind::step));
     return applied("ok");
   }
 
@@ -283,7 +458,7 @@ class ScenarioRunner {
     const auto before = stats();
     engine_->zero_grad();
     deferred_traffic_ = MeasuredTraffic{"zero_grad", model::Traffic{}, model::traffic_between(before, stats())};
-    twin_.zero_grad();
+    if (twin_) twin_->call(TwinCall(TwinCall::Kind::zero_grad));
     return applied("ok");
   }
 
@@ -321,8 +496,12 @@ class ScenarioRunner {
     pending_ = at::Tensor();
     trace_.reset();
     // The model is the user's again: every parameter whole and equal to the twin's.
-    require(oracles::released_parity(unique_named_parameters(modules_by_path(model_).at(engine_target_)), twin_,
-                                     engine_target_));
+    if (twin_) {
+      const auto model_params = unique_named_parameters(modules_by_path(model_).at(engine_target_));
+      require(twin_->read([&](const model::DenseTwin& twin) {
+        return oracles::released_parity(model_params, twin, engine_target_);
+      }));
+    }
     return applied("ok");
   }
 
@@ -333,12 +512,12 @@ class ScenarioRunner {
     saved_masters_.clear();
     for (const auto& p : observe()) saved_masters_.push_back(p.master.detach().clone());
     saved_optimizer_state_ = optimizer_state_fingerprint();
-    twin_.save();
+    if (twin_) twin_->call(TwinCall(TwinCall::Kind::save));
     auto consolidated = engine_->consolidated_state_dict();
     const auto target = modules_by_path(model_).at(engine_target_);
     zero3::GatheredParameters gathered(*engine_, *target);
     if (comm_.rank() == 0)
-      require(oracles::consolidated(expectation_, consolidated, unique_named_parameters(target), engine_target_));
+      require(oracles::consolidated(*expectation_, consolidated, unique_named_parameters(target), engine_target_));
     return applied("ok");
   }
 
@@ -360,7 +539,7 @@ class ScenarioRunner {
     engine_->load_checkpoint(dir_);
     require(oracles::round_trip(saved_masters_, saved_optimizer_state_, observe(), optimizer_state_fingerprint(),
                                 engine_target_));
-    twin_.load();
+    if (twin_) twin_->call(TwinCall(TwinCall::Kind::load));
     return applied("ok");
   }
 
@@ -371,8 +550,8 @@ class ScenarioRunner {
   int64_t index_ = -1;
   std::shared_ptr<Module> model_;
   model::AttributeLedger ledger_;
-  model::DenseTwin twin_;
-  model::Expectation expectation_;
+  std::optional<TwinView> twin_;  // none when neither I3 nor I8 is checked
+  std::shared_ptr<const model::Expectation> expectation_ = std::make_shared<const model::Expectation>();
   std::unique_ptr<torch::optim::Optimizer> user_optimizer_;
   const torch::optim::Optimizer* engine_optimizer_ = nullptr;
   std::unique_ptr<zero3::Engine> engine_;
@@ -380,7 +559,7 @@ class ScenarioRunner {
   std::string engine_target_;
   std::unordered_set<const Module*> engine_tree_;
   at::Tensor pending_;
-  std::unique_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
+  std::shared_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
   std::optional<std::string> saved_target_;
   std::vector<at::Tensor> saved_masters_;
@@ -395,8 +574,8 @@ int64_t measured_state_bytes(const zero3::Engine& engine) {
 }
 
 RankInterpreter::RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
-                                 const std::string& checkpoint_dir)
-    : impl_(std::make_unique<ScenarioRunner>(scenario, comm, options, checkpoint_dir)) {}
+                                 const std::string& checkpoint_dir, std::shared_ptr<SharedTwin> shared_twin)
+    : impl_(std::make_unique<ScenarioRunner>(scenario, comm, options, checkpoint_dir, std::move(shared_twin))) {}
 RankInterpreter::~RankInterpreter() = default;
 OpOutcome RankInterpreter::apply(int64_t index, const Op& op) { return impl_->apply(index, op); }
 

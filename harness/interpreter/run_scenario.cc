@@ -24,13 +24,29 @@ std::string OpOutcome::to_text(int64_t index) const {
   return line;
 }
 
+namespace {
+
+// Where scenarios' checkpoints go: memory (/dev/shm) where there is one, for a scenario's files
+// live for milliseconds and a disk's directory operations cost more than the save itself;
+// otherwise the temporary directory.
+const std::filesystem::path& checkpoint_root() {
+  static const std::filesystem::path root = [] {
+    const std::filesystem::path shm = "/dev/shm";
+    std::error_code error;
+    if (std::filesystem::is_directory(shm, error) && ::access(shm.c_str(), W_OK | X_OK) == 0) return shm;
+    return std::filesystem::temp_directory_path();
+  }();
+  return root;
+}
+
+}  // namespace
+
 Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
   validate(scenario);
   // A fresh process for each scenario, as far as the legacy modes are concerned.
   zero3::reset_legacy_counters();
   static std::atomic<int> counter{0};
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("zerocheck_{}_{}", ::getpid(), counter++)).string();
+  const std::string dir = (checkpoint_root() / fmt::format("zerocheck_{}_{}", ::getpid(), counter++)).string();
   Verdict verdict;
   std::mutex mutex;
   std::vector<std::optional<Violation>> found(scenario.world_size);
@@ -38,9 +54,22 @@ Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
   world.world_size = scenario.world_size;
   world.comm = options.comm;
   world.timeout = options.timeout;
+  world.ranks_as_fibers = options.ranks_as_fibers;
+  if (options.ranks_as_fibers)
+    for (size_t i = 0; i < scenario.ops.size(); ++i)
+      if (scenario.ops[i].kind == OpKind::backward)
+        throw zero3::UsageError(fmt::format("ranks as fibers cannot run a backward (operation #{}): autograd keeps "
+                                            "per-thread state while it runs",
+                                            i));
+  // One dense twin for the world (see SharedTwin), when an oracle reads it.
+  std::shared_ptr<SharedTwin> twin;
+  if (options.disabled_oracles.count("I3") == 0 || options.disabled_oracles.count("I8") == 0)
+    twin = make_shared_twin(scenario);
   try {
     run_world(world, [&](zero3::Comm& comm) {
-      RankInterpreter rank(scenario, comm, options, dir);
+      RankInterpreter rank(scenario, comm, options, dir, twin);
+      at::Tensor my_flag = at::zeros({1}, at::kLong);
+      at::Tensor flags = at::empty({scenario.world_size}, at::kLong);
       for (size_t i = 0; i < scenario.ops.size(); ++i) {
         std::string line;
         std::optional<Violation> mine;
@@ -51,9 +80,9 @@ Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
           line = fmt::format("#{} {}: VIOLATION {}", i, to_string(scenario.ops[i].kind), v.violation.invariant);
         }
         // Every rank learns which ranks found a violation; the lowest one is reported. One
-        // all_gather of a flag: this runs after every operation, so it is kept to one collective.
-        const at::Tensor my_flag = at::full({1}, mine ? 1 : 0, at::kLong);
-        at::Tensor flags = at::empty({scenario.world_size}, at::kLong);
+        // all_gather of a flag: this runs after every operation, so it is kept to one collective
+        // (and its tensors to the two made before the first operation).
+        *my_flag.data_ptr<int64_t>() = mine ? 1 : 0;
         comm.all_gather(my_flag, flags);
         if (comm.rank() == 0) {
           std::lock_guard<std::mutex> lock(mutex);

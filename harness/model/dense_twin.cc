@@ -6,28 +6,45 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
-#include <sstream>
+#include <stdexcept>
 
 namespace zerocheck::model {
 namespace {
 
-std::string optimizer_bytes(torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
+at::Tensor clone_of(const at::Tensor& t) { return t.defined() ? t.detach().clone() : at::Tensor(); }
+
+// A copy of one parameter's optimizer state that shares no storage with it: steps update the
+// live state in place.
+std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(const torch::optim::OptimizerParamState& state) {
+  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::AdamParamState>(*s);
+    copy->exp_avg(clone_of(s->exp_avg())).exp_avg_sq(clone_of(s->exp_avg_sq()));
+    copy->max_exp_avg_sq(clone_of(s->max_exp_avg_sq()));
+    return copy;
+  }
+  if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::AdamWParamState>(*s);
+    copy->exp_avg(clone_of(s->exp_avg())).exp_avg_sq(clone_of(s->exp_avg_sq()));
+    copy->max_exp_avg_sq(clone_of(s->max_exp_avg_sq()));
+    return copy;
+  }
+  if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::SGDParamState>(*s);
+    copy->momentum_buffer(clone_of(s->momentum_buffer()));
+    return copy;
+  }
+  throw std::logic_error("the dense twin copies Adam, AdamW and SGD state only");
 }
 
-void restore_optimizer(torch::optim::Optimizer& optimizer, const std::string& bytes) {
-  optimizer.state().clear();  // load only adds state; what was saved is all there should be
-  torch::serialize::InputArchive archive;
-  std::istringstream in(bytes);
-  archive.load_from(in);
-  optimizer.load(archive);
+// The twin's parameters are the same tensors from save to load (its tree lives as long as it
+// does), so the state map copies over key for key.
+void copy_state(const DenseTwin::OptimizerState& from, DenseTwin::OptimizerState& to) {
+  to.clear();
+  for (const auto& [key, state] : from) to[key] = deep_copy(*state);
 }
 
 }  // namespace
@@ -119,7 +136,7 @@ void DenseTwin::zero_grad() {
 void DenseTwin::save() {
   saved_params_.clear();
   for (auto& [name, p] : params_) saved_params_.push_back(p.detach().clone());
-  saved_optimizer_ = optimizer_bytes(*optimizer_);
+  copy_state(optimizer_->state(), saved_optimizer_);
   saved_micro_steps_ = micro_steps_;
 }
 
@@ -127,7 +144,7 @@ void DenseTwin::load() {
   pending_.clear();
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(saved_params_[i]);
-  restore_optimizer(*optimizer_, saved_optimizer_);
+  copy_state(saved_optimizer_, optimizer_->state());
   micro_steps_ = saved_micro_steps_;
 }
 

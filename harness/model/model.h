@@ -24,8 +24,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -69,6 +71,11 @@ struct ExpectedParam {
   int64_t chunk = 0;        // elements per rank when partitioned: ceil(numel / N)
   std::set<std::string> module_paths;  // every module that registers it (tied weights)
   bool partitioned() const { return owner < 0 && !persistent; }
+  friend bool operator==(const ExpectedParam& a, const ExpectedParam& b) {
+    return a.path == b.path && a.module_path == b.module_path && a.shape == b.shape && a.numel == b.numel &&
+           a.trainable == b.trainable && a.owner == b.owner && a.persistent == b.persistent && a.chunk == b.chunk &&
+           a.module_paths == b.module_paths;
+  }
 };
 
 // Keyed by paths, not objects, so it applies to the dense twin's tree as well as the user's.
@@ -78,6 +85,9 @@ struct Expectation {
   const ExpectedParam* find(const std::string& path) const;
   // The parameters the module at `module_path` registers itself (not its children's).
   std::vector<const ExpectedParam*> own_params(const std::string& module_path) const;
+  friend bool operator==(const Expectation& a, const Expectation& b) {
+    return a.params == b.params && a.module_owner == b.module_owner;
+  }
 };
 
 // The owner of each module and the management of each parameter of `target` under the
@@ -118,6 +128,7 @@ std::optional<std::string> predict_initialize(const InitializeFacts& facts);
 // micro-batch, gradients summed in rank order and divided by the world size once per backward.
 class DenseTwin {
  public:
+  using OptimizerState = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
   explicit DenseTwin(const Scenario& scenario);
   // Starts training the module at `path` afresh with a new optimizer (a new engine).
   void retarget(const std::string& path);
@@ -145,7 +156,7 @@ class DenseTwin {
   std::vector<at::Tensor> pending_;  // per-rank losses of the last forward
   int64_t micro_steps_ = 0;
   std::vector<at::Tensor> saved_params_;
-  std::string saved_optimizer_;
+  OptimizerState saved_optimizer_;  // deep copies
   int64_t saved_micro_steps_ = 0;
 };
 

@@ -39,7 +39,8 @@ const std::vector<Limit>& all_limits() {
 
 const std::vector<OpRow>& op_rows() {
   static const std::vector<OpRow> all = {
-#define ZEROCHECK_OP_ROW(op, required, optional, weight, doc) {#op, required, optional, weight, doc},
+#define ZEROCHECK_OP_ROW(op, required, optional, weight, attributes_weight, doc) \
+  {#op, required, optional, weight, attributes_weight, doc},
       ZEROCHECK_OPS(ZEROCHECK_OP_ROW)
 #undef ZEROCHECK_OP_ROW
   };

@@ -84,26 +84,30 @@ ZEROCHECK_OP_KEYS(ZEROCHECK_OP_KEY_MASK)
 #undef ZEROCHECK_OP_KEY_MASK
 }  // namespace key
 
-// X(op, required keys, optional keys, draw weight, doc): the operations. The first row is the
-// draw's smallest choice (an exhausted fuzz input picks it).
-#define ZEROCHECK_OPS(X)                                                                             \
-  X(forward, 0u, key::route, 6, "every rank runs its micro-batch; MoE layers follow the route")     \
-  X(initialize, 0u, key::optimizer | key::target, 3, "wrap the target in an engine")                \
-  X(backward, 0u, 0u, 5, "back-propagate the last forward's loss")                                  \
-  X(step, 0u, 0u, 5, "optimizer step")                                                              \
-  X(zero_grad, 0u, 0u, 1, "zero the gradients")                                                     \
-  X(set_attr, key::name | key::value, key::module | key::param, 3, "the user writes an attribute")  \
-  X(del_attr, key::name, key::module | key::param, 1, "the user deletes an attribute")              \
-  X(release, 0u, 0u, 1, "the engine lets go of the model")                                          \
-  X(save, 0u, 0u, 1, "sharded checkpoint of the live engine")                                       \
-  X(load, 0u, 0u, 1, "restore the last save of the same target")                                    \
-  X(destroy, 0u, 0u, 1, "the engine is destroyed")
+// X(op, required keys, optional keys, draw weight, attributes weight, doc): the operations. The
+// draw weight is the whole language's (DrawProfile::training); the attributes weight is the
+// attributes profile's, which never trains or checkpoints (0: never drawn there) and leans on
+// initialize and attribute writes, the project's own property. The first row is the draw's
+// smallest choice (an exhausted fuzz input picks it).
+#define ZEROCHECK_OPS(X)                                                                                \
+  X(forward, 0u, key::route, 6, 2, "every rank runs its micro-batch; MoE layers follow the route")     \
+  X(initialize, 0u, key::optimizer | key::target, 3, 4, "wrap the target in an engine")                \
+  X(backward, 0u, 0u, 5, 0, "back-propagate the last forward's loss")                                  \
+  X(step, 0u, 0u, 5, 0, "optimizer step")                                                              \
+  X(zero_grad, 0u, 0u, 1, 0, "zero the gradients")                                                     \
+  X(set_attr, key::name | key::value, key::module | key::param, 3, 4, "the user writes an attribute")  \
+  X(del_attr, key::name, key::module | key::param, 1, 2, "the user deletes an attribute")              \
+  X(release, 0u, 0u, 1, 1, "the engine lets go of the model")                                          \
+  X(save, 0u, 0u, 1, 0, "sharded checkpoint of the live engine")                                       \
+  X(load, 0u, 0u, 1, 0, "restore the last save of the same target")                                    \
+  X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")
 
 struct OpRow {
   const char* name;
   unsigned required;
   unsigned optional;
   int draw_weight;
+  int attributes_weight;
   const char* doc;
 };
 const std::vector<OpRow>& op_rows();  // in ZEROCHECK_OPS order

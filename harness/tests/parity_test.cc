@@ -2,13 +2,18 @@
 // size 1..5 and models with odd shapes, tied weights, zero-size parameters and experts.
 #include <gtest/gtest.h>
 
+#include "engine/local_comm.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
+#include "harness/interpreter/interpreter.h"
 #include "harness/models.h"
 #include "harness/train.h"
 #include "harness/world.h"
 
 #include <ATen/Parallel.h>
+
+#include <optional>
+#include <unistd.h>
 
 namespace zerocheck {
 namespace {
@@ -120,6 +125,76 @@ TEST(Parity, PlantedPartitioningFaultsBreakParity) {
     options.fault = fault;
     EXPECT_FALSE(run_training(options).ok()) << zero3::fault_name(fault);
   }
+}
+
+
+// The ranks of a world share one dense twin (interpreter.h, SharedTwin) while their operations
+// agree. A rank whose operations differ from the shared ones goes on with a twin of its own and
+// sees exactly what a twin of its own from the start would have shown it; the others keep the
+// shared one. Two worlds of one rank each stand in for two ranks whose calls diverge.
+TEST(SharedTwin, ARankWhoseCallsDivergeSeesTheTwinItsOwnCallsImply) {
+  Scenario s;
+  s.world_size = 1;
+  s.features = 3;
+  s.batch = 2;
+  NodeSpec root, linear;
+  root.kind = "Sequential";
+  root.children = {1, 2};
+  linear.kind = "Linear";
+  s.tree = {root, linear, linear};
+  auto op = [](OpKind kind) {
+    Op o;
+    o.kind = kind;
+    if (kind == OpKind::initialize) o.optimizer = "fresh";
+    return o;
+  };
+  using Script = std::vector<std::pair<int64_t, Op>>;
+  // Both agree on a training step; then one trains again and the other zeroes its gradients first.
+  const Script agreeing = {{0, op(OpKind::initialize)}, {1, op(OpKind::forward)}, {2, op(OpKind::backward)},
+                           {3, op(OpKind::step)},       {4, op(OpKind::forward)}, {5, op(OpKind::backward)},
+                           {6, op(OpKind::step)},       {7, op(OpKind::release)}};
+  const Script diverging = {{0, op(OpKind::initialize)}, {1, op(OpKind::forward)}, {2, op(OpKind::backward)},
+                            {3, op(OpKind::step)},       {4, op(OpKind::zero_grad)}, {5, op(OpKind::forward)},
+                            {6, op(OpKind::step)},       {7, op(OpKind::release)}};
+  struct Rank {
+    std::shared_ptr<zero3::LocalCommGroup> group = zero3::LocalCommGroup::create(1, zero3::CommOptions());
+    std::unique_ptr<zero3::Comm> comm = group->comm_for(0);
+    std::optional<RankInterpreter> interpreter;
+    std::vector<std::string> history;
+    std::vector<std::optional<double>> losses;
+    void apply(int64_t index, const Op& op) {
+      try {
+        const OpOutcome outcome = interpreter->apply(index, op);
+        history.push_back(outcome.to_text(index));
+        losses.push_back(outcome.loss);
+      } catch (const ViolationFound& v) {
+        ADD_FAILURE() << v.violation.to_text();
+      }
+    }
+  };
+  const std::string dir = "/tmp/zerocheck_shared_twin_" + std::to_string(::getpid());
+  const RunOptions options;
+  auto alone = [&](const Script& script) {  // its own twin: what a rank must see
+    Rank rank;
+    rank.interpreter.emplace(s, *rank.comm, options, dir);
+    for (const auto& [index, o] : script) rank.apply(index, o);
+    return std::make_pair(rank.history, rank.losses);
+  };
+  const auto first_alone = alone(agreeing), second_alone = alone(diverging);
+
+  const std::shared_ptr<SharedTwin> twin = make_shared_twin(s);
+  Rank first, second;
+  first.interpreter.emplace(s, *first.comm, options, dir, twin);
+  second.interpreter.emplace(s, *second.comm, options, dir, twin);
+  for (size_t i = 0; i < agreeing.size(); ++i) {  // operation by operation, as a world runs
+    first.apply(agreeing[i].first, agreeing[i].second);
+    second.apply(diverging[i].first, diverging[i].second);
+  }
+  EXPECT_EQ(first.history, first_alone.first);
+  EXPECT_EQ(first.losses, first_alone.second);
+  EXPECT_EQ(second.history, second_alone.first);
+  EXPECT_EQ(second.losses, second_alone.second);
+  EXPECT_NE(first.losses, second.losses) << "the scripts should train differently";
 }
 
 }  // namespace
