@@ -51,9 +51,11 @@ class Completion {
     if (remaining_.fetch_sub(1) == 1) all_done_.notify_all();
   }
   // The ranks end together (they agree after every operation), so the last ones are mostly a
-  // few microseconds away: wait for them awake first (engine/awake_wait.h), then asleep.
+  // few microseconds away: wait for them awake first (engine/awake_wait.h), then asleep. Either
+  // way it returns only under the lock the last done() released: the caller may destroy this
+  // the moment it returns.
   ZERO3_TIMING_DEPENDENT void wait() {
-    if (zero3::wait_awake([&] { return remaining_.load() == 0; }, std::chrono::microseconds(100))) return;
+    zero3::wait_awake([&] { return remaining_.load() == 0; }, std::chrono::microseconds(100));
     std::unique_lock<std::mutex> lock(mutex_);
     all_done_.wait(lock, [&] { return remaining_.load() == 0; });
   }
