@@ -83,13 +83,7 @@ class FiberWorld {
       Fiber& fiber = fibers_[static_cast<size_t>(rank)];
       fiber.stack = pool[static_cast<size_t>(rank)].get();
       fiber.torch_state.emplace(caller_state);
-      ::getcontext(&fiber.context);
-      fiber.context.uc_stack.ss_sp = fiber.stack->bottom();
-      fiber.context.uc_stack.ss_size = fiber.stack->size();
-      fiber.context.uc_link = nullptr;  // a fiber never returns from its entry: it switches back
-      const auto self = reinterpret_cast<uintptr_t>(this);
-      ::makecontext(&fiber.context, reinterpret_cast<void (*)()>(&FiberWorld::entry), 3,
-                    static_cast<unsigned>(self >> 32), static_cast<unsigned>(self & 0xffffffffu), rank);
+      make_context(rank);
     }
     // Round robin until every rank has finished; a waiting rank yields at once when it is not
     // its turn yet, so each pass moves every collective forward.
@@ -115,6 +109,19 @@ class FiberWorld {
     zero3::ForwardInterceptor* interceptor = nullptr;
     void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
   };
+
+  // Apart, and never inlined: getcontext returns twice, so a caller's locals could be clobbered
+  // (g++'s -Wclobbered).
+  __attribute__((noinline)) void make_context(int rank) {
+    Fiber& fiber = fibers_[static_cast<size_t>(rank)];
+    ::getcontext(&fiber.context);
+    fiber.context.uc_stack.ss_sp = fiber.stack->bottom();
+    fiber.context.uc_stack.ss_size = fiber.stack->size();
+    fiber.context.uc_link = nullptr;  // a fiber never returns from its entry: it switches back
+    const auto self = reinterpret_cast<uintptr_t>(this);
+    ::makecontext(&fiber.context, reinterpret_cast<void (*)()>(&FiberWorld::entry), 3,
+                  static_cast<unsigned>(self >> 32), static_cast<unsigned>(self & 0xffffffffu), rank);
+  }
 
   static void entry(unsigned high, unsigned low, int rank) {
     auto* world = reinterpret_cast<FiberWorld*>((static_cast<uintptr_t>(high) << 32) | low);

@@ -41,6 +41,10 @@ struct RunOptions {
   // order of magnitude faster for wide worlds; LocalComm only, and run_scenario refuses a
   // scenario with a backward (autograd's per-thread state).
   bool ranks_as_fibers = false;
+
+  // Whether a dense twin must be trained alongside: only I3 (parity) and I8 (its traffic trace)
+  // read it.
+  bool needs_dense_twin() const { return disabled_oracles.count("I3") == 0 || disabled_oracles.count("I8") == 0; }
 };
 
 // What one operation did on one rank, typed: tests and properties read these fields.

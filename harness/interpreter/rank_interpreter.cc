@@ -266,7 +266,7 @@ class ScenarioRunner {
       : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)), ledger_(model_) {
     // The twin is a whole second model trained alongside: only I3 and I8 read it, and the
     // attributes fuzzer (I1, I2, I5, I7) runs hundreds of scenarios a second without it.
-    if (enabled("I3") || enabled("I8")) twin_.emplace(s, std::move(shared_twin));
+    if (options_.needs_dense_twin()) twin_.emplace(s, std::move(shared_twin));
   }
 
   OpOutcome apply(int64_t index, const Op& op) {

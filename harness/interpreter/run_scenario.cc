@@ -63,8 +63,7 @@ Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
                                             i));
   // One dense twin for the world (see SharedTwin), when an oracle reads it.
   std::shared_ptr<SharedTwin> twin;
-  if (options.disabled_oracles.count("I3") == 0 || options.disabled_oracles.count("I8") == 0)
-    twin = make_shared_twin(scenario);
+  if (options.needs_dense_twin()) twin = make_shared_twin(scenario);
   try {
     run_world(world, [&](zero3::Comm& comm) {
       RankInterpreter rank(scenario, comm, options, dir, twin);
