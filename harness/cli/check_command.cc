@@ -59,6 +59,9 @@ void register_check_command(CLI::App& command, int& exit_code) {
     args->options.disabled_oracles = oracles::parse_invariants(args->disable);
     args->options.comm = comm_kind_by_name(args->comm);
     // Processes: every case's world is the process world (a shrunk one may be smaller).
+    if (args->process.procs > 0 && args->options.world_size != 0 && args->options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
     if (pool) {
       if (args->options.world_size != 0 && args->options.world_size != pool->world_size())

@@ -34,6 +34,10 @@ void register_repro_command(CLI::App& command, int& exit_code) {
     options.fault = zero3::engine_by_name(args->engine, "--engine");
     options.world_size = args->world;
     options.comm = comm_kind_by_name(args->comm);
+    // Refused before any worker starts.
+    if (args->process.procs > 0 && world->count() > 0 && options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
     if (pool) {
       if (world->count() > 0 && options.world_size != pool->world_size())

@@ -62,6 +62,10 @@ void register_train_command(CLI::App& command, int& exit_code) {
   command.callback([args, world, &exit_code] {
     args->options.comm = comm_kind_by_name(args->comm);
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
+    // Refused before any worker starts.
+    if (args->process.procs > 0 && world->count() > 0 && args->options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
     if (pool) {
       if (world->count() > 0 && args->options.world_size != pool->world_size())
