@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <thread>
+
 namespace zero3 {
 
 void AbortSignal::trip(int rank, const std::string& reason) {
@@ -16,6 +18,45 @@ void AbortSignal::trip(int rank, const std::string& reason) {
 std::string AbortSignal::reason() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reason_;
+}
+
+void AbortSignal::watch_remote(std::function<std::string()> poll) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  poll_ = std::move(poll);
+  watching_.store(true);
+}
+
+bool AbortSignal::poll_remote() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tripped_.load()) return true;
+  // A poll is a round trip to the store: at most one per 50 ms, whoever asks.
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return false;
+  next_poll_ = now + std::chrono::milliseconds(50);
+  std::string remote = poll_();
+  if (remote.empty()) return false;
+  reason_ = std::move(remote);
+  tripped_.store(true);
+  return true;
+}
+
+bool AbortSignal::await_remote(std::chrono::milliseconds wait) const {
+  if (!watching_.load()) return tripped();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      next_poll_ = {};
+    }
+    if (tripped()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Comm::enter(const char* op) const {
+  if (options_.before_collective) options_.before_collective(op);
+  throw_if_aborted(op);
 }
 
 void Comm::throw_if_aborted(const char* op) const {
@@ -32,7 +73,7 @@ void Comm::all_gather(const at::Tensor& shard, at::Tensor& out) {
   if (out.numel() != shard.numel() * world_size())
     fail("all_gather", "output has " + std::to_string(out.numel()) + " elements, expected " +
                            std::to_string(shard.numel() * world_size()));
-  throw_if_aborted("all_gather");
+  enter("all_gather");
   ++stats_.collectives;
   stats_.all_gather_elements += out.numel();
   if (out.numel() == 0) return;
@@ -44,7 +85,7 @@ void Comm::reduce_scatter_uncounted(const at::Tensor& input, at::Tensor& out) {
   if (input.numel() != out.numel() * n)
     fail("reduce_scatter", "input has " + std::to_string(input.numel()) +
                                " elements, expected " + std::to_string(out.numel() * n));
-  throw_if_aborted("reduce_scatter");
+  enter("reduce_scatter");
   if (out.numel() == 0) return;
   // All-to-all moves (N-1)/N of the buffer per rank, exactly what a ring reduce-scatter moves;
   // the sum then runs locally in rank order so every backend gives the same bits.
@@ -84,7 +125,7 @@ void Comm::all_to_all(const at::Tensor& input, at::Tensor& out) {
     fail("all_to_all", "input of " + std::to_string(input.numel()) + " and output of " +
                            std::to_string(out.numel()) + " elements do not split into " +
                            std::to_string(world_size()) + " equal chunks");
-  throw_if_aborted("all_to_all");
+  enter("all_to_all");
   ++stats_.collectives;
   stats_.all_to_all_elements += input.numel();
   if (input.numel() == 0) return;
@@ -94,7 +135,7 @@ void Comm::all_to_all(const at::Tensor& input, at::Tensor& out) {
 void Comm::broadcast(at::Tensor& tensor, int root) {
   if (root < 0 || root >= world_size())
     fail("broadcast", "root " + std::to_string(root) + " is outside the world");
-  throw_if_aborted("broadcast");
+  enter("broadcast");
   ++stats_.collectives;
   stats_.broadcast_elements += tensor.numel();
   if (tensor.numel() == 0) return;
@@ -102,7 +143,7 @@ void Comm::broadcast(at::Tensor& tensor, int root) {
 }
 
 void Comm::barrier() {
-  throw_if_aborted("barrier");
+  enter("barrier");
   ++stats_.collectives;
   do_barrier();
 }

@@ -28,17 +28,34 @@ namespace zero3 {
 
 // Shared by the ranks of one world: the first failing rank trips it, and every rank waiting in
 // a collective then throws CommError instead of waiting for its timeout.
+//
+// Ranks that are processes cannot share one: `watch_remote` adds a poll (a key in the world's
+// store, harness/process) that tripped() consults at most every 50 ms, so a rank waiting in a
+// collective learns within that time that a peer process failed, died or hung.
 class AbortSignal {
  public:
   void trip(int rank, const std::string& reason);
-  bool tripped() const { return tripped_.load(); }
+  // Returns true once tripped, locally or by the remote poll.
+  bool tripped() const { return tripped_.load() || (watching_.load() && poll_remote()); }
   // Returns "rank R failed: reason" (empty when not tripped).
   std::string reason() const;
+  // `poll` returns the reason a peer process failed ("" while none did), already naming it.
+  // Requires: called before the ranks start.
+  void watch_remote(std::function<std::string()> poll);
+  // Returns tripped(), polling the remote at once and then until `wait` passes: a collective
+  // that failed with a transport error (a peer's connection closed) is usually the echo of a
+  // cause the peer or the launcher is about to post. Without a remote: tripped() at once.
+  bool await_remote(std::chrono::milliseconds wait) const;
 
  private:
-  std::atomic<bool> tripped_{false};
+  bool poll_remote() const;
+
+  mutable std::atomic<bool> tripped_{false};  // mutable: the remote poll may trip it
+  std::atomic<bool> watching_{false};
   mutable std::mutex mutex_;
-  std::string reason_;
+  mutable std::string reason_;
+  std::function<std::string()> poll_;
+  mutable std::chrono::steady_clock::time_point next_poll_{};
 };
 
 struct CommOptions {
@@ -47,6 +64,12 @@ struct CommOptions {
   // LocalComm only. When set, a rank waiting for its peers calls it instead of blocking: the
   // ranks are fibers of one thread (harness/fiber_world.h) and `yield` runs the others.
   std::function<void()> yield;
+  // Test hook: runs on entry to every collective with its name, before any data moves (the
+  // process-world tests kill or hang a rank there, in the middle of an operation).
+  std::function<void(const char* op)> before_collective;
+  // When a collective times out, returns what is known about the peers that did not arrive
+  // ("rank 2 did not respond ...") for the error message; unset: nothing is added.
+  std::function<std::string(const char* op)> explain_timeout;
 };
 
 struct CommStats {
@@ -99,6 +122,8 @@ class Comm {
 
   // Throws CommError when a peer failed. Implementations call it while they wait.
   void throw_if_aborted(const char* op) const;
+  // Every collective's entry: the test hook, then throw_if_aborted.
+  void enter(const char* op) const;
   [[noreturn]] void fail(const char* op, const std::string& what) const;
 
  private:

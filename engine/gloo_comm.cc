@@ -1,6 +1,7 @@
 #include "engine/gloo_comm.h"
 
 #include "engine/errors.h"
+#include "engine/internal/store_rendezvous.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -13,11 +14,11 @@
 namespace zero3 {
 namespace {
 
-class StoreRendezvous final : public GlooRendezvous {
- public:
-  explicit StoreRendezvous(c10::intrusive_ptr<c10d::Store> store) : store(std::move(store)) {}
-  c10::intrusive_ptr<c10d::Store> store;
-};
+using internal::StoreRendezvous;
+
+constexpr std::chrono::milliseconds kEchoWait{3000};
+constexpr std::chrono::milliseconds kNoWait{0};
+constexpr std::chrono::milliseconds kGlooTimeoutMargin{10000};
 
 class GlooComm final : public Comm {
  public:
@@ -72,8 +73,9 @@ class GlooComm final : public Comm {
         work->wait(std::chrono::milliseconds(20));
         return;
       } catch (const std::exception& e) {
-        // A peer's failure closes its connections; report the cause, not the symptom.
-        if (options().abort && options().abort->tripped()) {
+        // A peer's failure closes its connections; report the cause, not the symptom (a peer
+        // process or its launcher posts it within moments: await it).
+        if (options().abort && options().abort->await_remote(work->isCompleted() ? kEchoWait : kNoWait)) {
           abandoned_ = true;
           throw_if_aborted(op);
         }
@@ -94,7 +96,9 @@ class GlooComm final : public Comm {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         abandoned_ = true;
-        fail(op, "timed out after " + std::to_string(options().timeout.count()) + " ms");
+        std::string why = "timed out after " + std::to_string(options().timeout.count()) + " ms";
+        if (options().explain_timeout) why += "; " + options().explain_timeout(op);
+        fail(op, why);
       }
     }
   }
@@ -116,7 +120,9 @@ std::unique_ptr<Comm> make_gloo_comm(const std::shared_ptr<GlooRendezvous>& rend
                                      int world_size, CommOptions options) {
   const auto* meeting = dynamic_cast<const StoreRendezvous*>(rendezvous.get());
   if (meeting == nullptr) throw UsageError("make_gloo_comm: unknown rendezvous kind");
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  // Gloo's own timeout comes after ours: our wait names what is known about the silent peers
+  // (CommOptions::explain_timeout); Gloo's would only say "timed out waiting for recv".
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout + kGlooTimeoutMargin);
   gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   gloo_options->threads = 1;
   try {

@@ -20,8 +20,10 @@ double since(Clock::time_point start) {
 
 // Greedy shrinking over rapidcheck's shrink tree: take the first smaller scenario that still
 // breaks the same invariant, until none does (or the run budget is spent).
+using Runner = std::function<Verdict(const Scenario&, const RunOptions&)>;
+
 rc::Shrinkable<Scenario> shrink(rc::Shrinkable<Scenario> current, const std::string& invariant,
-                                const RunOptions& run, int64_t budget, int64_t& runs) {
+                                const Runner& run_scenario, const RunOptions& run, int64_t budget, int64_t& runs) {
   bool progressed = true;
   while (progressed && runs < budget) {
     progressed = false;
@@ -59,6 +61,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
   run.fault = options.fault;
   run.comm = options.comm;
   run.disabled_oracles = options.disabled_oracles;
+  const Runner run_scenario = options.runner ? options.runner : Runner(zerocheck::run_scenario);
   for (int64_t i = 0; i < options.cases; ++i) {
     if (options.time_limit_s > 0 && since(start) > options.time_limit_s) break;
     // Sizes sweep from small to large and again, as rapidcheck does across a run.
@@ -86,7 +89,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
     Finding finding;
     finding.cases_to_find = result.cases_run;
     finding.seconds_to_find = since(start);
-    const auto small = shrink(drawn, verdict.violation->invariant, run, options.max_shrink_runs, finding.shrink_runs);
+    const auto small = shrink(drawn, verdict.violation->invariant, run_scenario, run, options.max_shrink_runs, finding.shrink_runs);
     finding.scenario = small.value();
     const Verdict again = run_scenario(finding.scenario, run);
     finding.violation = again.violation ? *again.violation : *verdict.violation;

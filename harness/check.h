@@ -32,6 +32,9 @@ struct CheckOptions {
   // killed only by the invariant the catalogue names).
   std::string wanted_invariant;
   std::set<std::string> disabled_oracles;  // see RunOptions
+  // Runs one scenario (unset: run_scenario, the thread world). `check --procs` runs it on a
+  // world of processes (harness/process/jobs.h).
+  std::function<Verdict(const Scenario&, const RunOptions&)> runner;
 };
 
 struct Finding {

@@ -11,7 +11,7 @@
 #include "engine/faults.h"
 #include "harness/world.h"
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include <optional>
 #include <string>
@@ -50,11 +50,30 @@ struct ReproReport {
   // forward ran.
   bool intact() const;
   nlohmann::json to_json() const;
+  // The inverse of to_json. Throws zero3::CommError for a malformed object.
+  static ReproReport from_json(const nlohmann::json& json);
   std::string to_text() const;
+};
+
+// What one rank of the replay saw; a world of processes sends it to the launcher.
+struct ReproRankPart {
+  int rank = 0;
+  std::vector<int64_t> holds;    // per expert: 1 when this rank holds storage for its weight
+  std::string placement_oracle;  // I2's finding on this rank ("" when none)
+  nlohmann::json report;         // rank 0: ReproReport::to_json of what it saw; null elsewhere
+
+  nlohmann::json to_json() const;
+  // Throws zero3::CommError for a malformed object.
+  static ReproRankPart from_json(const nlohmann::json& json);
 };
 
 // Replays the seed on `options.world_size` ranks and reports what rank 0 saw.
 // Throws RankFailure when a rank fails outside the steps the report records.
 ReproReport run_repro_seed(const ReproOptions& options);
+// run_repro_seed in two halves, for worlds of processes: each worker replays its own rank (a
+// thread world: all), and the launcher judges every rank's part. judge_repro_seed throws
+// zero3::CommError when a rank's part is missing.
+std::vector<ReproRankPart> run_repro_seed_ranks(const ReproOptions& options);
+ReproReport judge_repro_seed(const ReproOptions& options, std::vector<ReproRankPart> parts);
 
 }  // namespace zerocheck

@@ -7,6 +7,7 @@
 #include "harness/oracles/oracles.h"
 #include "harness/dense_baseline.h"
 #include "harness/models.h"
+#include "harness/process/process_rank.h"
 
 #include <ATen/ATen.h>
 #include <fmt/core.h>
@@ -120,46 +121,60 @@ DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t o
 
 }  // namespace
 
-TrainReport run_training(const TrainOptions& options) {
+namespace {
+
+void check_options(const TrainOptions& options) {
   if (options.steps < 1) throw zero3::UsageError("--steps must be >= 1");
   if (options.batch_size < 1) throw zero3::UsageError("batch size must be >= 1");
-  const ModelSpec spec = model_spec(options.model);
+}
+
+// Rank 0's consolidated parameters against the dense ones (I3), into its result.
+void compare_parameters(const DenseRun& dense, const std::map<std::string, at::Tensor>& consolidated,
+                        TrainRankResult& out) {
+  for (const auto& [path, expected] : dense.final_parameters) {
+    auto it = consolidated.find(path);
+    if (it == consolidated.end()) {
+      out.problems.push_back("consolidated state dict lacks '" + path + "'");
+      continue;
+    }
+    if (it->second.sizes() != expected.sizes()) {
+      out.problems.push_back("'" + path + "' has shape " + c10::str(it->second.sizes()) + ", dense has " +
+                             c10::str(expected.sizes()));
+      continue;
+    }
+    if (expected.numel() == 0) continue;
+    const double diff = (it->second - expected).abs().max().item<double>();
+    out.max_param_abs_diff = std::max(out.max_param_abs_diff, diff);
+    if (diff > kParityTolerance) out.differing_parameters.push_back(fmt::format("'{}' by {:g}", path, diff));
+  }
+}
+
+std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const ModelSpec& spec, const DenseRun& dense) {
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
-  const int64_t adam_states = 2;
-  const DenseRun dense = run_dense(options, spec, adam_states);
-
-  TrainReport report;
-  report.world_size = world;
-  report.steps = options.steps;
-  report.model = options.model;
-  report.dense_losses = dense.losses;
-  report.state_bytes_per_rank.assign(world, 0);
-  report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
-  std::vector<std::vector<double>> rank_losses(world, std::vector<double>(options.steps));
-  std::vector<model::Traffic> last_step(world);
-  std::map<std::string, at::Tensor> consolidated;
-  std::mutex problems_mutex;
-  auto problem = [&](const std::string& what) {
-    std::lock_guard<std::mutex> lock(problems_mutex);
-    report.problems.push_back(what);
-  };
-  auto judge = [&](int rank, int64_t step, const oracles::Result& found) {
-    if (found)
-      problem(fmt::format("rank {} step {}: {} {}: expected {}, measured {}", rank, step, found->invariant,
-                          found->message, found->expected, found->actual));
-  };
-
+  std::vector<TrainRankResult> results(world);
+  std::vector<char> ran(world, 0);  // in a worker: only its own rank (char: ranks write it concurrently)
   WorldOptions world_options;
   world_options.world_size = world;
   world_options.comm = options.comm;
   world_options.timeout = options.timeout;
   run_world(world_options, [&](zero3::Comm& comm) {
     const int rank = comm.rank();
+    TrainRankResult& mine = results[rank];
+    ran[rank] = 1;
+    mine.rank = rank;
+    mine.losses.assign(options.steps, 0.0);
+    auto problem = [&](const std::string& what) { mine.problems.push_back(what); };
+    auto judge = [&](int64_t step, const oracles::Result& found) {
+      if (found)
+        problem(fmt::format("rank {} step {}: {} {}: expected {}, measured {}", rank, step, found->invariant,
+                            found->message, found->expected, found->actual));
+    };
     auto model = spec.build(options.seed);
     auto user_optimizer = adam_factory(options.lr)(trainable_parameters(*model));
     auto engine = zero3::initialize(model, *user_optimizer, config, comm, zero3::EngineOptions(options.fault));
     for (int64_t step = 0; step < options.steps; ++step) {
+      note_operation(step, "training step");
       if (rank == options.fail_rank && step == options.fail_step)
         throw zero3::UsageError("injected failure at step " + std::to_string(step) + " (--fail-rank)");
       const Batch batch = make_batch(spec, options.seed, step, rank, options.batch_size);
@@ -168,24 +183,24 @@ TrainReport run_training(const TrainOptions& options) {
       auto before = comm.stats();
       at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
       const model::Traffic forward = model::traffic_between(before, comm.stats());
-      judge(rank, step, oracles::traffic("forward", forward_expected, forward, ""));
+      judge(step, oracles::traffic("forward", forward_expected, forward, ""));
       before = comm.stats();
       engine->backward(loss);
       const model::Traffic backward = model::traffic_between(before, comm.stats());
-      judge(rank, step, oracles::traffic("backward", backward_expected, backward, ""));
+      judge(step, oracles::traffic("backward", backward_expected, backward, ""));
       before = comm.stats();
       engine->step();
       engine->zero_grad();
-      judge(rank, step, oracles::traffic("step and zero_grad", model::Traffic{}, model::traffic_between(before, comm.stats()), ""));
-      last_step[rank] = forward;
-      last_step[rank] += backward;
-      rank_losses[rank][step] = loss.item<double>();
+      judge(step, oracles::traffic("step and zero_grad", model::Traffic{}, model::traffic_between(before, comm.stats()), ""));
+      mine.last_step = forward;
+      mine.last_step += backward;
+      mine.losses[step] = loss.item<double>();
       // State bytes, measured from storage, after every step (I4's yardstick).
       const int64_t held = measured_state_bytes(*engine);
       if (held != dense.expected_state_bytes[step][rank])
         problem(fmt::format("rank {} step {}: holds {} state bytes, expected {}", rank, step, held,
                             dense.expected_state_bytes[step][rank]));
-      if (step == options.steps - 1) report.state_bytes_per_rank[rank] = held;
+      if (step == options.steps - 1) mine.state_bytes = held;
       // Padding stays zero (I3), cut where the spec cuts: c = ceil(n/N), rank r owns [r*c, (r+1)*c).
       for (const auto& p : engine->params()) {
         if (p.persistent || p.owner >= 0) continue;
@@ -204,41 +219,73 @@ TrainReport run_training(const TrainOptions& options) {
       }
     }
     auto state = engine->consolidated_state_dict();
-    if (rank == 0) consolidated = std::move(state);
+    if (rank == 0) compare_parameters(dense, state, mine);
   });
+  std::vector<TrainRankResult> mine;
+  for (int r = 0; r < world; ++r)
+    if (ran[r]) mine.push_back(std::move(results[r]));
+  return mine;
+}
 
+TrainReport judge_training(const TrainOptions& options, const DenseRun& dense, std::vector<TrainRankResult> parts) {
+  const int world = options.world_size;
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  if (static_cast<int>(parts.size()) != world)
+    throw zero3::CommError(fmt::format("training reports came back from {} ranks of {}", parts.size(), world));
+  for (int r = 0; r < world; ++r)
+    if (parts[r].rank != r || static_cast<int64_t>(parts[r].losses.size()) != options.steps)
+      throw zero3::CommError(fmt::format("training report {} is for rank {} with {} losses; expected rank {} with {}",
+                                         r, parts[r].rank, parts[r].losses.size(), r, options.steps));
+  TrainReport report;
+  report.world_size = world;
+  report.steps = options.steps;
+  report.model = options.model;
+  report.dense_losses = dense.losses;
+  report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
+  for (const auto& part : parts) {
+    report.state_bytes_per_rank.push_back(part.state_bytes);
+    report.problems.insert(report.problems.end(), part.problems.begin(), part.problems.end());
+  }
   for (int64_t step = 0; step < options.steps; ++step) {
     std::vector<double> per_rank;
-    for (int r = 0; r < world; ++r) per_rank.push_back(rank_losses[r][step]);
+    for (int r = 0; r < world; ++r) per_rank.push_back(parts[r].losses[step]);
     report.losses.push_back(mean_in_rank_order(per_rank));
     report.max_loss_abs_diff = std::max(report.max_loss_abs_diff, std::abs(report.losses.back() - dense.losses[step]));
   }
-  std::vector<std::string> differing;  // which parameters broke parity, and by how much
-  for (const auto& [path, expected] : dense.final_parameters) {
-    auto it = consolidated.find(path);
-    if (it == consolidated.end()) {
-      problem("consolidated state dict lacks '" + path + "'");
-      continue;
-    }
-    if (it->second.sizes() != expected.sizes()) {
-      problem("'" + path + "' has shape " + c10::str(it->second.sizes()) + ", dense has " + c10::str(expected.sizes()));
-      continue;
-    }
-    if (expected.numel() == 0) continue;
-    const double diff = (it->second - expected).abs().max().item<double>();
-    report.max_param_abs_diff = std::max(report.max_param_abs_diff, diff);
-    if (diff > kParityTolerance) differing.push_back(fmt::format("'{}' by {:g}", path, diff));
-  }
+  report.max_param_abs_diff = parts[0].max_param_abs_diff;
   const auto& [forward0, backward0] = dense.traffic.back()[0];
-  report.traffic_last_step = last_step[0];
+  report.traffic_last_step = parts[0].last_step;
   report.expected_traffic_last_step = forward0;
   report.expected_traffic_last_step += backward0;
   if (report.max_loss_abs_diff > kParityTolerance)
-    problem(fmt::format("losses differ from the dense baseline by up to {:g}", report.max_loss_abs_diff));
+    report.problems.push_back(fmt::format("losses differ from the dense baseline by up to {:g}", report.max_loss_abs_diff));
   if (report.max_param_abs_diff > kParityTolerance)
-    problem(fmt::format("parameters differ from the dense baseline by up to {:g}: {}", report.max_param_abs_diff,
-                        fmt::join(differing, ", ")));
+    report.problems.push_back(fmt::format("parameters differ from the dense baseline by up to {:g}: {}",
+                                          report.max_param_abs_diff, fmt::join(parts[0].differing_parameters, ", ")));
   return report;
+}
+
+constexpr int64_t kAdamStates = 2;
+
+}  // namespace
+
+std::vector<TrainRankResult> run_training_ranks(const TrainOptions& options) {
+  check_options(options);
+  const ModelSpec spec = model_spec(options.model);
+  return train_ranks(options, spec, run_dense(options, spec, kAdamStates));
+}
+
+TrainReport judge_training(const TrainOptions& options, const std::vector<TrainRankResult>& parts) {
+  check_options(options);
+  const ModelSpec spec = model_spec(options.model);
+  return judge_training(options, run_dense(options, spec, kAdamStates), parts);
+}
+
+TrainReport run_training(const TrainOptions& options) {
+  check_options(options);
+  const ModelSpec spec = model_spec(options.model);
+  const DenseRun dense = run_dense(options, spec, kAdamStates);
+  return judge_training(options, dense, train_ranks(options, spec, dense));
 }
 
 namespace {
@@ -249,7 +296,67 @@ nlohmann::json traffic_json(const model::Traffic& t) {
 int64_t total(const model::Traffic& t) {
   return t.all_gather + t.reduce_scatter + t.all_reduce + t.broadcast + t.all_to_all;
 }
+
+model::Traffic traffic_from_json(const nlohmann::json& j) {
+  model::Traffic t;
+  t.all_gather = j.at("all_gather").get<int64_t>();
+  t.reduce_scatter = j.at("reduce_scatter").get<int64_t>();
+  t.all_reduce = j.at("all_reduce").get<int64_t>();
+  t.broadcast = j.at("broadcast").get<int64_t>();
+  t.all_to_all = j.at("all_to_all").get<int64_t>();
+  return t;
+}
 }  // namespace
+
+nlohmann::json TrainRankResult::to_json() const {
+  return {{"rank", rank},
+          {"losses", losses},
+          {"last_step", traffic_json(last_step)},
+          {"state_bytes", state_bytes},
+          {"problems", problems},
+          {"max_param_abs_diff", max_param_abs_diff},
+          {"differing_parameters", differing_parameters}};
+}
+
+TrainRankResult TrainRankResult::from_json(const nlohmann::json& j) {
+  try {
+    TrainRankResult r;
+    r.rank = j.at("rank").get<int>();
+    r.losses = j.at("losses").get<std::vector<double>>();
+    r.last_step = traffic_from_json(j.at("last_step"));
+    r.state_bytes = j.at("state_bytes").get<int64_t>();
+    r.problems = j.at("problems").get<std::vector<std::string>>();
+    r.max_param_abs_diff = j.at("max_param_abs_diff").get<double>();
+    r.differing_parameters = j.at("differing_parameters").get<std::vector<std::string>>();
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw zero3::CommError(std::string("a worker's training report is malformed: ") + e.what());
+  }
+}
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"world", world_size}, {"steps", steps},         {"model", model},         {"seed", seed},
+          {"batch", batch_size}, {"lr", lr},               {"engine", std::string(zero3::fault_name(fault))},
+          {"fail_rank", fail_rank}, {"fail_step", fail_step}};
+}
+
+TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
+  try {
+    TrainOptions o;
+    o.world_size = j.at("world").get<int>();
+    o.steps = j.at("steps").get<int64_t>();
+    o.model = j.at("model").get<std::string>();
+    o.seed = j.at("seed").get<uint64_t>();
+    o.batch_size = j.at("batch").get<int64_t>();
+    o.lr = j.at("lr").get<double>();
+    o.fault = zero3::engine_by_name(j.at("engine").get<std::string>(), "engine");
+    o.fail_rank = j.at("fail_rank").get<int>();
+    o.fail_step = j.at("fail_step").get<int64_t>();
+    return o;
+  } catch (const nlohmann::json::exception& e) {
+    throw zero3::UsageError(std::string("training options JSON is malformed: ") + e.what());
+  }
+}
 
 int64_t TrainReport::elements_moved_per_step() const { return total(traffic_last_step); }
 int64_t TrainReport::expected_elements_per_step() const { return total(expected_traffic_last_step); }

@@ -27,6 +27,27 @@ struct TrainOptions {
   int fail_rank = -1;
   int64_t fail_step = 0;
   std::chrono::milliseconds timeout{30000};
+
+  // What a worker needs (comm and timeout are the process world's own).
+  nlohmann::json to_json() const;
+  // Throws zero3::UsageError for a malformed object or an unknown engine.
+  static TrainOptions from_json(const nlohmann::json& json);
+};
+
+// What one rank of a training run measured; a world of processes sends it to the launcher.
+struct TrainRankResult {
+  int rank = 0;
+  std::vector<double> losses;          // per step, this rank's
+  model::Traffic last_step;            // forward + backward of the last step
+  int64_t state_bytes = 0;             // after the last step
+  std::vector<std::string> problems;   // this rank's broken promises
+  // Rank 0 only: its consolidated parameters against the dense ones.
+  double max_param_abs_diff = 0;
+  std::vector<std::string> differing_parameters;
+
+  nlohmann::json to_json() const;
+  // Throws zero3::CommError for a malformed object.
+  static TrainRankResult from_json(const nlohmann::json& json);
 };
 
 struct TrainReport {
@@ -55,5 +76,10 @@ inline constexpr double kParityTolerance = 0.0;
 
 // Trains and compares. Throws RankFailure when a rank throws; zero3::UsageError for bad options.
 TrainReport run_training(const TrainOptions& options);
+// run_training in two halves, for worlds of processes: each worker trains its own rank (a thread
+// world: all ranks), and the launcher judges every rank's result (sorted by rank) against a dense
+// run of its own. Throws as run_training; judge_training zero3::CommError for missing ranks.
+std::vector<TrainRankResult> run_training_ranks(const TrainOptions& options);
+TrainReport judge_training(const TrainOptions& options, const std::vector<TrainRankResult>& parts);
 
 }  // namespace zerocheck

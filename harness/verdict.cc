@@ -21,4 +21,17 @@ nlohmann::json Violation::to_json() const {
           {"actual", actual}, {"message", message}};
 }
 
+Violation Violation::from_json(const nlohmann::json& json) {
+  Violation v;
+  v.invariant = json.at("invariant").get<std::string>();
+  v.op_index = json.at("op_index").get<int64_t>();
+  v.rank = json.at("rank").get<int>();
+  v.module_path = json.at("module_path").get<std::string>();
+  v.attribute = json.at("attribute").get<std::string>();
+  v.expected = json.at("expected").get<std::string>();
+  v.actual = json.at("actual").get<std::string>();
+  v.message = json.at("message").get<std::string>();
+  return v;
+}
+
 }  // namespace zerocheck

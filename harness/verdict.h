@@ -23,6 +23,8 @@ struct Violation {
 
   std::string to_text() const;
   nlohmann::json to_json() const;
+  // The inverse of to_json. Throws nlohmann::json::exception for a malformed object.
+  static Violation from_json(const nlohmann::json& json);
 };
 
 struct Verdict {

@@ -1,6 +1,7 @@
 #include "harness/world.h"
 
 #include "harness/fiber_world.h"
+#include "harness/process/process_rank.h"
 
 #include "engine/awake_wait.h"
 #include "engine/gloo_comm.h"
@@ -183,6 +184,8 @@ void use_sequential_kernels() {
 void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body) {
   if (options.world_size < 1)
     throw zero3::UsageError("world size must be >= 1, got " + std::to_string(options.world_size));
+  // A `zerocheck worker` is one rank of a world of processes: it runs only its own.
+  if (ProcessRank* process = current_process_rank()) return process->run_world(options, body);
   if (options.ranks_as_fibers) return run_fiber_world(options, body);
 
   zero3::CommOptions comm_options;

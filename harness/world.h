@@ -46,7 +46,8 @@ class RankFailure : public zero3::Error {
   int rank_;
 };
 
-// Runs `body(comm)` on every rank and waits for all. Throws RankFailure carrying the first
+// Runs `body(comm)` on every rank and waits for all. In a `zerocheck worker` (a current
+// ProcessRank, harness/process/process_rank.h) it runs this process's rank only, over Gloo. Throws RankFailure carrying the first
 // rank's error when any rank throws, and zero3::UsageError for a world size below 1.
 void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
 

@@ -1,5 +1,5 @@
 // On a machine with CUDA: placed modules' parameters live on their owner rank's device.
-// Skips itself without CUDA (label gpu).
+// Skips itself without CUDA on a CPU build; fails without a device on a CUDA build (label gpu).
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -17,7 +17,12 @@ namespace zero3 {
 namespace {
 
 TEST(PlacementGpu, PlacedParametersLiveOnTheOwnersDevice) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+#ifdef ZEROCHECK_CUDA
+  // A CUDA build that skipped would pass having checked nothing.
+  ASSERT_TRUE(torch::cuda::is_available()) << "a CUDA build (ZEROCHECK_CUDA) must run its GPU tests on a CUDA device";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (CPU build)";
+#endif
   const int world = 2;
   const auto spec = zerocheck::model_spec("moe-placed");
   ResidencyTable table(world);

@@ -3,8 +3,10 @@
 #include "engine/faults.h"
 #include "harness/check.h"
 #include "harness/cli/command.h"
+#include "harness/cli/process_args.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/oracles/oracles.h"
+#include "harness/process/jobs.h"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -39,10 +41,12 @@ void register_check_command(CLI::App& command, int& exit_code) {
     CheckOptions options;
     std::string engine = "reference", comm = "local", disable;
     bool json = false;
+    ProcessArgs process;
   };
   auto args = std::make_shared<Args>();
   add_common(command, args->engine, args->comm);
-  command.add_option("--world", args->options.world_size, "ranks (0: each case draws 1..4)")->check(CLI::Range(0, 8));
+  args->process.add_to(command);
+  command.add_option("--world", args->options.world_size, "ranks (0: each case draws 1..4; with --procs: the processes)")->check(CLI::Range(0, 8));
   command.add_option("--cases", args->options.cases, "number of random scenarios")->check(CLI::Range(1, 100000000));
   command.add_option("--seed", args->options.seed, "seed of the scenario generator");
   command.add_option("--max-ops", args->options.max_ops, "operations per scenario")->check(CLI::Range(0, 64));
@@ -54,6 +58,18 @@ void register_check_command(CLI::App& command, int& exit_code) {
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
     args->options.disabled_oracles = oracles::parse_invariants(args->disable);
     args->options.comm = comm_kind_by_name(args->comm);
+    // Processes: every case's world is the process world (a shrunk one may be smaller).
+    if (args->process.procs > 0 && args->options.world_size != 0 && args->options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
+    const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    if (pool) {
+      if (args->options.world_size != 0 && args->options.world_size != pool->world_size())
+        throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from the " +
+                                std::to_string(pool->world_size()) + " processes");
+      args->options.world_size = pool->world_size();
+      args->options.runner = [pool](const Scenario& s, const RunOptions& run) { return run_scenario_on(*pool, s, run); };
+    }
     const bool tty = !args->json && ::isatty(2);  // a progress line only where someone watches
     const CheckResult result = run_check(args->options, [&](int64_t cases, double seconds) {
       if (tty)
@@ -82,10 +98,12 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   struct Args {
     std::string file, engine = "reference", comm = "local", disable;
     bool json = false;
+    ProcessArgs process;
   };
   auto args = std::make_shared<Args>();
   command.add_option("file", args->file, "a scenario JSON file")->required();
   add_common(command, args->engine, args->comm);
+  args->process.add_to(command);
   command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
@@ -103,7 +121,8 @@ void register_replay_command(CLI::App& command, int& exit_code) {
     } catch (const ScenarioError& e) {
       throw zero3::UsageError(args->file + ": " + e.what());
     }
-    const Verdict verdict = run_scenario(scenario, run);
+    const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    const Verdict verdict = pool ? run_scenario_on(*pool, scenario, run) : run_scenario(scenario, run);
     if (args->json) {
       nlohmann::json out{{"engine", args->engine}, {"scenario_file", args->file}, {"ok", verdict.ok()},
                          {"history", verdict.history}, {"violation", nullptr}};

@@ -32,6 +32,8 @@ inline constexpr int kExitUsage = 2;
     "measure what one fuzzer execution costs (scenarios/s, ATen calls, checks on/off) as JSON")    \
   X(validate, register_validate_command,                                                         \
     "read scenario files only: one line per file, `FILE: ok` or `FILE: <path>: <error>`")         \
+  X(worker, register_worker_command,                                                             \
+    "one rank of a world of processes, from torchrun's environment (RANK, WORLD_SIZE, MASTER_*)")  \
   X(schema, register_schema_command,                                                             \
     "print the scenario language's tables as JSON (the Python replay's schema.json); --check FILE")
 

@@ -2,6 +2,8 @@
 #include "engine/errors.h"
 #include "engine/faults.h"
 #include "harness/cli/command.h"
+#include "harness/cli/process_args.h"
+#include "harness/process/jobs.h"
 #include "harness/repro_seed.h"
 
 #include <nlohmann/json.hpp>
@@ -19,18 +21,31 @@ void register_repro_command(CLI::App& command, int& exit_code) {
     int world = 2;
     std::string comm = "local";
     bool json = false;
+    ProcessArgs process;
   };
   auto args = std::make_shared<Args>();
   seed.add_option("--engine", args->engine, "reference or a catalogue fault: " + zero3::engine_names());
-  seed.add_option("--world", args->world, "number of ranks")->check(CLI::Range(1, 64));
+  CLI::Option* world = seed.add_option("--world", args->world, "number of ranks")->check(CLI::Range(1, 64));
   seed.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
   seed.add_flag("--json", args->json, "print one JSON object");
-  seed.callback([args, &exit_code] {
+  args->process.add_to(seed);
+  seed.callback([args, world, &exit_code] {
     ReproOptions options;
     options.fault = zero3::engine_by_name(args->engine, "--engine");
     options.world_size = args->world;
     options.comm = comm_kind_by_name(args->comm);
-    const ReproReport report = run_repro_seed(options);
+    // Refused before any worker starts.
+    if (args->process.procs > 0 && world->count() > 0 && options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
+    const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    if (pool) {
+      if (world->count() > 0 && options.world_size != pool->world_size())
+        throw zero3::UsageError("--world " + std::to_string(options.world_size) + " differs from the " +
+                                std::to_string(pool->world_size()) + " processes");
+      options.world_size = pool->world_size();
+    }
+    const ReproReport report = pool ? run_repro_seed_on(*pool, options) : run_repro_seed(options);
     if (args->json) std::cout << report.to_json().dump() << std::endl;
     else std::cout << report.to_text();
     exit_code = report.intact() ? kExitOk : kExitViolation;

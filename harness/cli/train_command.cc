@@ -2,7 +2,9 @@
 #include "engine/errors.h"
 #include "engine/faults.h"
 #include "harness/cli/command.h"
+#include "harness/cli/process_args.h"
 #include "harness/models.h"
+#include "harness/process/jobs.h"
 #include "harness/train.h"
 
 #include <fmt/core.h>
@@ -18,6 +20,7 @@ struct TrainArgs {
   std::string comm = "local";
   std::string engine = "reference";
   bool json = false;
+  ProcessArgs process;
 };
 
 void print_text(const TrainReport& report) {
@@ -42,7 +45,7 @@ void print_text(const TrainReport& report) {
 
 void register_train_command(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  command.add_option("--world", args->options.world_size, "number of ranks")->check(CLI::Range(1, 64));
+  CLI::Option* world = command.add_option("--world", args->options.world_size, "number of ranks")->check(CLI::Range(1, 64));
   command.add_option("--steps", args->options.steps, "optimizer steps")->check(CLI::Range(1, 100000));
   command.add_option("--model", args->options.model, "one of: " + model_names());
   command.add_option("--seed", args->options.seed, "seed of parameters and data");
@@ -55,10 +58,22 @@ void register_train_command(CLI::App& command, int& exit_code) {
                      "make this rank throw (to see the world fail fast)");
   command.add_option("--fail-step", args->options.fail_step, "step at which --fail-rank throws");
   command.add_flag("--json", args->json, "print one JSON object");
-  command.callback([args, &exit_code] {
+  args->process.add_to(command);
+  command.callback([args, world, &exit_code] {
     args->options.comm = comm_kind_by_name(args->comm);
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
-    const TrainReport report = run_training(args->options);
+    // Refused before any worker starts.
+    if (args->process.procs > 0 && world->count() > 0 && args->options.world_size != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+                              std::to_string(args->process.procs));
+    const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    if (pool) {
+      if (world->count() > 0 && args->options.world_size != pool->world_size())
+        throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from the " +
+                                std::to_string(pool->world_size()) + " processes");
+      args->options.world_size = pool->world_size();
+    }
+    const TrainReport report = pool ? run_training_on(*pool, args->options) : run_training(args->options);
     if (args->json) std::cout << report.to_json().dump() << std::endl;
     else print_text(report);
     exit_code = report.ok() ? kExitOk : kExitViolation;

@@ -65,6 +65,27 @@ struct OpOutcome {
 // validation (I7 is about the engine, not about the harness's input).
 Verdict run_scenario(const Scenario& scenario, const RunOptions& options);
 
+// What the ranks of one run reported, before they are judged together: a world of processes
+// collects one of these from each worker (each knowing its own rank's part) and merges them.
+struct RankReports {
+  std::vector<std::string> history;              // rank 0's lines
+  std::vector<std::optional<Violation>> found;   // per rank: the violation it found
+  std::optional<int> failed_rank;                // the first rank that threw, and what
+  std::string failure;                           // RankFailure::what() of that rank
+
+  nlohmann::json to_json() const;
+  // Throws zero3::CommError for a malformed report.
+  static RankReports from_json(const nlohmann::json& json);
+  // Adds `other`'s parts (another process's ranks) to these.
+  void merge(const RankReports& other);
+};
+
+// Runs `scenario` on this process's ranks (all of them, or one in a `zerocheck worker`).
+RankReports run_scenario_ranks(const Scenario& scenario, const RunOptions& options);
+// The verdict of a run from its ranks' reports (the lowest rank's violation; else I7 for a
+// rank that threw).
+Verdict judge(const RankReports& reports, const RunOptions& options);
+
 // What this rank holds for each parameter the engine reports, measured from the tensors (the
 // oracles' observation).
 std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine);

@@ -1,0 +1,102 @@
+// ProcessRank: this process as one rank of a world of processes (a `zerocheck worker`), and the
+// keys its world shares in the store. While one is current, run_world (harness/world.h) runs
+// only this process's rank, with a Gloo group over the store, instead of N rank threads.
+//
+// Store keys (every job's under "job<J>/"): progress/<rank> (the operation a rank is in, so a
+// loss names it), failures + first_rank/first_what (the first rank that threw: the cause, as in
+// the thread world), timeout/<rank> (who saw a collective time out). World-wide: "lost" and
+// "lost_rank": a rank died or hung; every worker stops (exit 1) when it sees them.
+//
+// Thread-safety: the worker's main thread only (the abort poll may run on it from inside a
+// collective's wait).
+#pragma once
+
+#include "engine/comm.h"
+#include "engine/errors.h"
+#include "engine/store.h"
+#include "harness/process/rank_env.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace zerocheck {
+
+struct WorldOptions;
+
+// Test hooks that lose a rank in the middle of operation `op` (its first collective, or the
+// agreement that ends it): SIGKILL it, or make it hang until it is killed.
+struct LostRankHook {
+  enum class Kind { none, kill, hang };
+  Kind kind = Kind::none;
+  int rank = -1;
+  int64_t op = -1;
+};
+
+// A rank lost during a run: died, hung, or its worker failed outside any job.
+class RankLost : public zero3::CommError {
+ public:
+  using zero3::CommError::CommError;
+};
+
+class ProcessRank {
+ public:
+  ProcessRank(RankEnv env, std::shared_ptr<zero3::KeyValueStore> store, std::chrono::milliseconds collective_timeout,
+              LostRankHook hook);
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  zero3::KeyValueStore& store() { return *store_; }
+  std::chrono::milliseconds collective_timeout() const { return collective_timeout_; }
+
+  // From here on, keys and worlds are job `id`'s.
+  void begin_job(int64_t id);
+  // Returns the prefix of the next world of this job ("job<J>/world<n>"); every rank asks in the
+  // same order, so they agree.
+  std::string next_world_prefix();
+  // A name shared by the ranks of the current job (checkpoint directories).
+  std::string job_tag() const;
+
+  // Records that this rank starts operation `index` (kind `what`): posts it for the launcher
+  // and arms the test hook.
+  void note_operation(int64_t index, const std::string& what);
+  // Returns the world-wide loss ("" while none), as posted by the launcher or a worker.
+  std::string lost() const;
+
+  // Runs `body` as this process's rank of a world of `options.world_size` (nothing when this
+  // rank is outside it). Throws RankFailure carrying the first rank that threw, as run_world.
+  void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
+
+ private:
+  std::string key(const std::string& name) const;
+  zero3::CommOptions comm_options(int world_size);
+  void before_collective(const char* op);
+  std::string poll_abort();
+  std::string explain_timeout(const char* op, int world_size);
+  // Posts this rank's failure; returns the first failure of the job (rank, what).
+  std::pair<int, std::string> report_failure(const std::string& what);
+
+  RankEnv env_;
+  std::shared_ptr<zero3::KeyValueStore> store_;
+  std::chrono::milliseconds collective_timeout_;
+  LostRankHook hook_;
+  int64_t job_ = -1;
+  int worlds_in_job_ = 0;
+  int64_t operation_ = -1;
+  std::string operation_text_;
+};
+
+// Milliseconds since the epoch (the clock the processes of one machine share).
+int64_t wall_clock_ms();
+
+// The process's ProcessRank, or nullptr in a thread world.
+ProcessRank* current_process_rank();
+void set_current_process_rank(ProcessRank* rank);
+
+// Records the start of operation `index` on the current ProcessRank; nothing in a thread world.
+void note_operation(int64_t index, const std::string& what);
+
+}  // namespace zerocheck

@@ -1,0 +1,115 @@
+#include "harness/process/worker.h"
+
+#include "engine/errors.h"
+#include "harness/process/jobs.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <optional>
+#include <sys/prctl.h>
+#include <thread>
+#include <unistd.h>
+
+namespace zerocheck {
+namespace {
+
+constexpr std::chrono::seconds kStoreConnectTimeout{60};
+constexpr std::chrono::milliseconds kIdlePoll{200};
+constexpr std::chrono::seconds kExitAckWait{10};
+
+// This process as a rank: the environment, the store (hosted here when rank 0 is the host), and
+// the process-wide context run_world reads.
+std::unique_ptr<ProcessRank> join(const WorkerOptions& options) {
+  const RankEnv env = RankEnv::from_environment();
+  if (env.launcher_pid != 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // also set before exec; kept for a worker started by hand
+    if (::getppid() != env.launcher_pid)
+      throw zero3::CommError(fmt::format("rank {}: the launcher (pid {}) is gone", env.rank, env.launcher_pid));
+  }
+  const bool host = env.rank == 0 && !env.store_hosted_elsewhere;
+  auto store = zero3::KeyValueStore::tcp(env.master_addr, env.master_port, host, kStoreConnectTimeout);
+  auto rank = std::make_unique<ProcessRank>(env, std::move(store), options.collective_timeout, options.hook);
+  set_current_process_rank(rank.get());
+  return rank;
+}
+
+// Runs job `id` here and posts the result; returns false when the world lost a rank meanwhile.
+bool run_and_post(ProcessRank& rank, int64_t id, const nlohmann::json& job) {
+  rank.begin_job(id);
+  const nlohmann::json result = run_job_here(job);
+  if (!rank.lost().empty()) return false;
+  rank.store().set(fmt::format("job{}/result/{}", id, rank.rank()), result.dump());
+  rank.store().add(fmt::format("job{}/done", id), 1);
+  return true;
+}
+
+int stop_lost(ProcessRank& rank) {
+  fmt::print(stderr, "zerocheck worker rank {}: stopping: {}\n", rank.rank(), rank.lost());
+  return 1;
+}
+
+class CoordinatorPool final : public JobPool {
+ public:
+  explicit CoordinatorPool(std::unique_ptr<ProcessRank> rank) : rank_(std::move(rank)) {}
+  ~CoordinatorPool() override {
+    // Rank 0 may host the store: it stays until every serving rank has read the exit job.
+    try {
+      rank_->store().set(fmt::format("job{}", next_job_), nlohmann::json{{"kind", "exit"}}.dump());
+      const std::string done = fmt::format("job{}/done", next_job_);
+      const auto deadline = std::chrono::steady_clock::now() + kExitAckWait;
+      while (rank_->store().add(done, 0) < world_size() - 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } catch (const std::exception&) {
+    }
+    set_current_process_rank(nullptr);
+  }
+  int world_size() const override { return rank_->world_size(); }
+
+  std::vector<nlohmann::json> run(const nlohmann::json& job) override {
+    const int64_t id = next_job_++;
+    rank_->store().set(fmt::format("job{}", id), job.dump());
+    if (!run_and_post(*rank_, id, job)) throw RankLost(rank_->lost());
+    const std::string done = fmt::format("job{}/done", id);
+    while (rank_->store().add(done, 0) < world_size()) {
+      if (!rank_->lost().empty()) throw RankLost(rank_->lost());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<nlohmann::json> results;
+    for (int r = 0; r < world_size(); ++r)
+      results.push_back(nlohmann::json::parse(
+          rank_->store().get(fmt::format("job{}/result/{}", id, r), std::chrono::seconds(10)).value_or("null")));
+    return results;
+  }
+
+ private:
+  std::unique_ptr<ProcessRank> rank_;
+  int64_t next_job_ = 0;
+};
+
+}  // namespace
+
+int serve_jobs(const WorkerOptions& options) {
+  auto rank = join(options);
+  for (int64_t id = 0;; ++id) {
+    std::optional<std::string> text;
+    while (!(text = rank->store().get(fmt::format("job{}", id), kIdlePoll)))
+      if (!rank->lost().empty()) return stop_lost(*rank);
+    const nlohmann::json job = nlohmann::json::parse(*text);
+    if (job.at("kind") == "exit") {
+      rank->store().add(fmt::format("job{}/done", id), 1);  // rank 0 may be waiting to close the store
+      return 0;
+    }
+    if (!run_and_post(*rank, id, job)) return stop_lost(*rank);
+  }
+}
+
+std::unique_ptr<JobPool> join_as_coordinator(const WorkerOptions& options) {
+  auto rank = join(options);
+  if (rank->rank() != 0)
+    throw zero3::UsageError(fmt::format("rank {} cannot coordinate: only rank 0 runs the command", rank->rank()));
+  return std::make_unique<CoordinatorPool>(std::move(rank));
+}
+
+}  // namespace zerocheck
