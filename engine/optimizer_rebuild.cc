@@ -7,6 +7,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -250,6 +251,95 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue&
   }
   throw UsageError(std::string("unsupported optimizer type ") + typeid(optimizer).name() +
                    "; zerocheck's engine checkpoints Adam, AdamW and SGD");
+}
+
+// ---- per-parameter state ---------------------------------------------------------------------
+
+namespace {
+
+template <class Fields>
+c10::IValue param_state_as(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  auto& states = optimizer.state();
+  using Key = std::decay_t<decltype(states.begin()->first)>;
+  auto it = states.find(compat::optimizer_state_key<Key>(param));
+  return it == states.end() ? c10::IValue() : Fields::state(*it->second);
+}
+
+template <class Fields>
+c10::IValue param_options_as(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  for (auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      if (p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return Fields::options(group.options());
+  return c10::IValue();
+}
+
+template <class Fields>
+void replace_state_as(torch::optim::Optimizer& optimizer, const std::vector<ParamStateToLoad>& states,
+                      const std::vector<c10::IValue>& group_options) {
+  auto& live = optimizer.state();
+  using Key = std::decay_t<decltype(live.begin()->first)>;
+  using StateMap = std::decay_t<decltype(live)>;
+  using Options = decltype(Fields::options_from(c10::IValue()));
+  auto& groups = optimizer.param_groups();
+  if (group_options.size() != groups.size())
+    throw CheckpointError("optimizer options for " + std::to_string(group_options.size()) + " groups, the optimizer has " +
+                          std::to_string(groups.size()));
+  StateMap loaded;
+  for (const auto& s : states)
+    if (!s.state.isNone()) loaded[compat::optimizer_state_key<Key>(s.param)] = Fields::state_from(s.state);
+  std::vector<std::optional<Options>> options;
+  for (const auto& o : group_options)
+    options.push_back(o.isNone() ? std::nullopt : std::optional<Options>(Fields::options_from(o)));
+  // Only now, with every field decoded, does the optimizer change.
+  live = std::move(loaded);
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (options[g]) static_cast<Options&>(groups[g].options()) = *options[g];
+}
+
+template <class R>
+R by_kind(torch::optim::Optimizer& optimizer, const std::function<R(const char*)>& adamw,
+          const std::function<R(const char*)>& adam, const std::function<R(const char*)>& sgd) {
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) return adamw("adamw");
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) return adam("adam");
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return sgd("sgd");
+  throw UsageError(std::string("unsupported optimizer type ") + typeid(optimizer).name() +
+                   "; zerocheck's engine checkpoints Adam, AdamW and SGD");
+}
+
+using AdamWKind = AdamFields<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+using AdamKind = AdamFields<torch::optim::AdamOptions, torch::optim::AdamParamState>;
+
+}  // namespace
+
+std::string optimizer_kind(torch::optim::Optimizer& optimizer) {
+  auto name = [](const char* kind) { return std::string(kind); };
+  return by_kind<std::string>(optimizer, name, name, name);
+}
+
+c10::IValue param_state_value(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  return by_kind<c10::IValue>(
+      optimizer, [&](const char*) { return param_state_as<AdamWKind>(optimizer, param); },
+      [&](const char*) { return param_state_as<AdamKind>(optimizer, param); },
+      [&](const char*) { return param_state_as<SgdFields>(optimizer, param); });
+}
+
+c10::IValue param_options_value(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  return by_kind<c10::IValue>(
+      optimizer, [&](const char*) { return param_options_as<AdamWKind>(optimizer, param); },
+      [&](const char*) { return param_options_as<AdamKind>(optimizer, param); },
+      [&](const char*) { return param_options_as<SgdFields>(optimizer, param); });
+}
+
+void replace_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<ParamStateToLoad>& states,
+                             const std::vector<c10::IValue>& group_options) {
+  try {
+    by_kind<int>(
+        optimizer, [&](const char*) { return replace_state_as<AdamWKind>(optimizer, states, group_options), 0; },
+        [&](const char*) { return replace_state_as<AdamKind>(optimizer, states, group_options), 0; },
+        [&](const char*) { return replace_state_as<SgdFields>(optimizer, states, group_options), 0; });
+  } catch (const c10::Error& e) {  // a field of the wrong type: a damaged checkpoint
+    throw CheckpointError(std::string("optimizer state does not read: ") + e.what_without_backtrace());
+  }
 }
 
 }  // namespace zero3
