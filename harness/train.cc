@@ -1,6 +1,8 @@
 #include "harness/train.h"
 
+#include "engine/checkpoint_reader.h"
 #include "engine/engine.h"
+#include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/model/model.h"
@@ -88,7 +90,22 @@ std::pair<model::Traffic, model::Traffic> rank_traffic(zero3::Module& dense, con
   return {trace.forward(), trace.backward(reached)};
 }
 
-DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states) {
+// Where a resumed run starts: the steps its checkpoint had taken, at which world size.
+struct Resume {
+  int64_t first_step = 0;
+  int world = 0;
+};
+
+model::Expectation expectation_at(const std::shared_ptr<zero3::Module>& model, const ModelSpec& spec, int world) {
+  const zero3::Config config = training_config(spec);
+  auto expected = model::expect(model, config.placement, config.zero_optimization.stage3_param_persistence_threshold,
+                                world);
+  if (auto* refusal = std::get_if<model::PlacementRefusal>(&expected))
+    throw zero3::UsageError("model '" + spec.name + "': its placement cannot be evaluated: " + refusal->reason);
+  return std::get<model::Expectation>(expected);
+}
+
+DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states, const Resume& resume) {
   DenseRun run;
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
@@ -100,7 +117,18 @@ DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t o
   const model::Expectation& expectation = std::get<model::Expectation>(expected);
   DenseBaseline dense(model, adam_factory(options.lr));
   std::set<std::string> trained;  // parameters that have had a gradient on some rank so far
-  for (int64_t step = 0; step < options.steps; ++step) {
+  if (resume.first_step > 0) {  // the saved run's steps, at its world size
+    const model::Expectation saved_expectation = expectation_at(model, spec, resume.world);
+    for (int64_t step = 0; step < resume.first_step; ++step) {
+      std::vector<Batch> batches;
+      for (int r = 0; r < resume.world; ++r) batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
+      const std::vector<zero3::Route> routes = routes_of(spec, step, resume.world);
+      for (int r = 0; r < resume.world; ++r)
+        rank_traffic(*model, model, saved_expectation, resume.world, batches[r], routes[r], trained);
+      dense.step(batches, routes);
+    }
+  }
+  for (int64_t step = resume.first_step; step < resume.first_step + options.steps; ++step) {
     std::vector<Batch> batches;
     for (int r = 0; r < world; ++r) batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
     const std::vector<zero3::Route> routes = routes_of(spec, step, world);
@@ -118,21 +146,53 @@ DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t o
   return run;
 }
 
+// Returns `given` with the saved run's model, seed, batch size and learning rate when it resumes,
+// and where the saved run stopped.
+std::pair<TrainOptions, Resume> resolve_resume(const TrainOptions& given) {
+  if (given.resume_dir.empty()) return {given, Resume{}};
+  const zero3::LoadedCheckpoint saved = zero3::read_checkpoint(given.resume_dir);
+  const nlohmann::json& client = saved.manifest.client_state;
+  if (!client.contains("zerocheck_train") || !client["zerocheck_train"].is_object())
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) +
+                                 ": not written by `zerocheck train --save` (no client_state.zerocheck_train)");
+  const nlohmann::json& run = client["zerocheck_train"];
+  TrainOptions options = given;
+  Resume resume;
+  try {
+    options.model = run.at("model").get<std::string>();
+    options.seed = run.at("seed").get<uint64_t>();
+    options.batch_size = run.at("batch").get<int64_t>();
+    options.lr = run.at("lr").get<double>();
+    resume.first_step = run.at("steps").get<int64_t>();
+    resume.world = run.at("world").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) + ": client_state.zerocheck_train: " + e.what());
+  }
+  if (resume.world != saved.manifest.world_size || resume.first_step < 0)
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) + ": client_state.zerocheck_train disagrees with the manifest");
+  return {options, resume};
+}
+
 }  // namespace
 
-TrainReport run_training(const TrainOptions& options) {
+TrainReport run_training(const TrainOptions& given) {
+  const auto resolved = resolve_resume(given);
+  const TrainOptions& options = resolved.first;
+  const Resume& resume = resolved.second;
   if (options.steps < 1) throw zero3::UsageError("--steps must be >= 1");
   if (options.batch_size < 1) throw zero3::UsageError("batch size must be >= 1");
   const ModelSpec spec = model_spec(options.model);
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
   const int64_t adam_states = 2;
-  const DenseRun dense = run_dense(options, spec, adam_states);
+  const DenseRun dense = run_dense(options, spec, adam_states, resume);
 
   TrainReport report;
   report.world_size = world;
   report.steps = options.steps;
   report.model = options.model;
+  report.first_step = resume.first_step;
+  report.resumed_from_world = resume.world;
   report.dense_losses = dense.losses;
   report.state_bytes_per_rank.assign(world, 0);
   report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
@@ -159,14 +219,16 @@ TrainReport run_training(const TrainOptions& options) {
     auto model = spec.build(options.seed);
     auto user_optimizer = adam_factory(options.lr)(trainable_parameters(*model));
     auto engine = zero3::initialize(model, *user_optimizer, config, comm, zero3::EngineOptions(options.fault));
+    if (!options.resume_dir.empty()) engine->load_checkpoint(options.resume_dir);
     for (int64_t step = 0; step < options.steps; ++step) {
       if (rank == options.fail_rank && step == options.fail_step)
         throw zero3::UsageError("injected failure at step " + std::to_string(step) + " (--fail-rank)");
-      const Batch batch = make_batch(spec, options.seed, step, rank, options.batch_size);
+      const int64_t data_step = resume.first_step + step;  // batches and routes continue the saved run's
+      const Batch batch = make_batch(spec, options.seed, data_step, rank, options.batch_size);
       const auto& [forward_expected, backward_expected] = dense.traffic[step][rank];
       // Every collective kind, every operation of every step (I8).
       auto before = comm.stats();
-      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
+      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(data_step, rank)), batch.target);
       const model::Traffic forward = model::traffic_between(before, comm.stats());
       judge(rank, step, oracles::traffic("forward", forward_expected, forward, ""));
       before = comm.stats();
@@ -205,6 +267,13 @@ TrainReport run_training(const TrainOptions& options) {
     }
     auto state = engine->consolidated_state_dict();
     if (rank == 0) consolidated = std::move(state);
+    if (!options.save_dir.empty()) {
+      const nlohmann::json client{{"zerocheck_train", {{"model", options.model}, {"seed", options.seed},
+                                                       {"batch", options.batch_size}, {"lr", options.lr},
+                                                       {"steps", resume.first_step + options.steps},
+                                                       {"world", world}}}};
+      engine->save_checkpoint(options.save_dir, client.dump());
+    }
   });
 
   for (int64_t step = 0; step < options.steps; ++step) {
@@ -257,6 +326,8 @@ int64_t TrainReport::expected_elements_per_step() const { return total(expected_
 nlohmann::json TrainReport::to_json() const {
   return nlohmann::json{{"world", world_size},
                         {"steps", steps},
+                        {"first_step", first_step},
+                        {"resumed_from_world", resumed_from_world},
                         {"model", model},
                         {"losses", losses},
                         {"dense_losses", dense_losses},

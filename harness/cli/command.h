@@ -32,6 +32,8 @@ inline constexpr int kExitUsage = 2;
     "measure what one fuzzer execution costs (scenarios/s, ATen calls, checks on/off) as JSON")    \
   X(validate, register_validate_command,                                                         \
     "read scenario files only: one line per file, `FILE: ok` or `FILE: <path>: <error>`")         \
+  X(checkpoint, register_checkpoint_command,                                                     \
+    "`checkpoint inspect DIR`: manifest, sizes, verification; `checkpoint export DIR --out FILE`") \
   X(schema, register_schema_command,                                                             \
     "print the scenario language's tables as JSON (the Python replay's schema.json); --check FILE")
 
