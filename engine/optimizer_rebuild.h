@@ -3,10 +3,10 @@
 // Supported: torch::optim::Adam, AdamW and SGD. Each of the user's parameter groups becomes a
 // group with the same options over the replacement tensors, in the same order.
 //
-// The optimizer's state travels in checkpoints as a plain IValue (optimizer_state_value): per
-// group its options and, per parameter position, that parameter's state. LibTorch's own
-// Optimizer::save writes a TorchScript archive whose reading compiles a class per nested
-// archive, which made a checkpoint cost more than the training step it saves.
+// The optimizer's state travels in checkpoints as plain IValues, per parameter (param_state_value)
+// so a checkpoint can cut and re-join it for another world size. LibTorch's own Optimizer::save
+// writes a TorchScript archive whose reading compiles a class per nested archive, which made a
+// checkpoint cost more than the training step it saves.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -34,19 +34,6 @@ int64_t state_numel(torch::optim::Optimizer& optimizer);
 at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 // Returns the number of state elements the optimizer holds for `param` (0 when none).
 int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
-
-// Returns the optimizer's per-group options and per-parameter state as tuples and lists of
-// numbers and tensors (torch::pickle_save writes it). The tensors are the live ones: write them
-// out or copy them before the optimizer steps again.
-// Throws UsageError for an optimizer kind rebuild_optimizer does not make.
-c10::IValue optimizer_state_value(torch::optim::Optimizer& optimizer);
-
-// Replaces the optimizer's state and group options by `saved` (what optimizer_state_value
-// returned for an optimizer of the same kind with groups of the same sizes), matching parameters
-// by their position in their group, as LibTorch's Optimizer::load does. A parameter with no saved
-// state has none afterwards. Throws CheckpointError saying what does not match, and changes
-// nothing then.
-void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& saved);
 
 // ---- per-parameter state, for checkpoints that do not depend on how parameters are cut -------
 //
