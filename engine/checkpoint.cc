@@ -1,11 +1,18 @@
-// Sharded checkpoints: each rank writes its own shards and optimizer state, atomically.
+// Sharded checkpoints that any world size can load: save and load for zero3::Engine.
 //
-// A rank's file is one pickled tuple (torch::pickle_save, which Python's torch.load reads too):
-// (format, world size, micro-steps, shard ids, shards, optimizer state or None). Plain values,
-// not a TorchScript archive: reading an archive compiles a class per nested archive, and that
-// cost more than the training a checkpoint saves.
+// Each rank pickles the real elements of its shards (no padding) with their optimizer state cut
+// the same way (checkpoint_reader.h says the layout); rank 0 then writes the manifest with every
+// file's size and CRC-32C. All of it goes into a sibling staging directory that is exchanged
+// with the target at the end, so a checkpoint directory always holds a complete checkpoint.
+// Loading reads and verifies every file, joins each parameter's elements and state, and cuts
+// them again for this world: that is all resharding needs, because a shard is a pure function
+// of (parameter, world size, rank) and Adam/SGD state is per element.
+#include "engine/checkpoint_manifest.h"
+#include "engine/checkpoint_reader.h"
+#include "engine/crc32c.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/internal/durable_dir.h"
 #include "engine/internal/engine_state.h"
 #include "engine/optimizer_rebuild.h"
 
@@ -13,118 +20,254 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <unordered_map>
-#include <unistd.h>
 
 namespace zero3 {
 namespace {
 
-constexpr const char* kFormat = "zero3-shards/2";
+namespace fs = std::filesystem;
+using Elements = std::vector<c10::IValue>;
 
-std::string shard_file(const std::string& dir, const Comm& comm) {
-  return (std::filesystem::path(dir) / ("zero3_rank" + std::to_string(comm.rank()) + "_of" +
-                                        std::to_string(comm.world_size()) + ".pt"))
-      .string();
+const char* kind_of(const ManagedParam& p) {
+  return p.placed() ? "placed" : p.persistent ? "persistent" : "partitioned";
+}
+
+// The elements of `p` this rank writes, [begin, end) of the flattened parameter: its real
+// shard elements when partitioned, all of them on the one rank that writes a whole parameter
+// (the owner of a placed one, rank 0 for a persistent one), none elsewhere. Rank 0 always
+// writes an entry for a partitioned parameter, so even an empty one has a shard.
+std::optional<ManifestShard> written_by(const ManagedParam& p, int rank) {
+  const int64_t numel = p.layout.numel;
+  if (p.placed() || p.persistent) {
+    const int writer = p.placed() ? p.owner : 0;
+    return rank == writer ? std::optional<ManifestShard>(ManifestShard{rank, 0, numel}) : std::nullopt;
+  }
+  const int64_t real = p.layout.real_in_shard(rank);
+  if (real == 0 && rank != 0) return std::nullopt;
+  const int64_t begin = std::min(p.layout.begin(rank), numel);
+  return ManifestShard{rank, begin, begin + real};
+}
+
+// Returns the first `n` elements of `t` flattened, as a CPU float32 copy.
+at::Tensor real_elements(const at::Tensor& t, int64_t n) {
+  return t.detach().reshape({-1}).narrow(0, 0, n).to(at::kCPU, at::kFloat).clone();
+}
+
+c10::IValue cut_state(const c10::IValue& state, int64_t n) {
+  if (state.isNone()) return state;
+  Elements fields = state.toTuple()->elements().vec();
+  for (auto& f : fields)
+    if (f.isTensor()) f = real_elements(f.toTensor(), n);
+  return c10::ivalue::Tuple::create(std::move(fields));
+}
+
+std::vector<std::string> option_names(const std::string& kind) {
+  if (kind == "sgd") return {"lr", "momentum", "dampening", "weight_decay", "nesterov"};
+  return {"lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad"};
+}
+
+nlohmann::json options_json(const c10::IValue& options, const std::string& kind) {
+  nlohmann::json out = nlohmann::json::object();
+  const auto names = option_names(kind);
+  const auto fields = options.toTuple()->elements().vec();
+  for (size_t i = 0; i < fields.size() && i < names.size(); ++i)
+    out[names[i]] = fields[i].isBool() ? nlohmann::json(fields[i].toBool()) : nlohmann::json(fields[i].toDouble());
+  return out;
+}
+
+std::string target_dir(const std::string& dir) {
+  fs::path path(dir);
+  if (!path.has_filename()) path = path.parent_path();  // "ckpt/" is "ckpt"
+  return path.string();
+}
+
+// A directory may be replaced only when it is empty or holds a zerocheck checkpoint (of any
+// format): anything else is the user's, and a save must not delete it.
+void require_replaceable(const std::string& target) {
+  std::error_code ec;
+  if (!fs::exists(target, ec)) return;
+  if (!fs::is_directory(target, ec)) throw CheckpointError(target + ": exists and is not a directory");
+  for (const auto& entry : fs::directory_iterator(target)) {
+    const std::string name = entry.path().filename().string();
+    if (name != kManifestName && name.rfind("zero3_rank", 0) != 0)
+      throw CheckpointError(target + ": holds '" + name + "', which is not part of a zerocheck checkpoint; "
+                            "refusing to replace it");
+  }
 }
 
 }  // namespace
 
-void Engine::save_checkpoint(const std::string& dir) {
+void Engine::save_checkpoint(const std::string& dir, const std::string& client_state_json) {
   state_->require_live("save_checkpoint");
-  const std::string file = shard_file(dir, state_->comm);
-  const std::string temp = file + ".tmp." + std::to_string(::getpid()) + "." +
-                           std::to_string(state_->comm.rank());
-  try {
-    std::filesystem::create_directories(dir);
-    c10::impl::GenericList ids(c10::IntType::get()), shards(c10::TensorType::get());
-    for (const auto& p : state_->params) {
-      ids.push_back(p->id);
-      shards.push_back(p->master.detach());
+  const nlohmann::json client_state = nlohmann::json::parse(client_state_json, nullptr, /*allow_exceptions=*/false);
+  if (!client_state.is_object()) throw UsageError("save_checkpoint: client state is not a JSON object: " + client_state_json);
+  EngineState& s = *state_;
+  const int rank = s.comm.rank(), world = s.comm.world_size();
+  const std::string target = target_dir(dir);
+  const std::string staging = target + ".zero3-staging";
+  auto point = [&](const char* name) {
+    if (s.options.save_point) s.options.save_point(name);
+  };
+  auto failure = [&](const std::string& what) {
+    return CheckpointError("rank " + std::to_string(rank) + ": cannot save " + target + ": " + what);
+  };
+  if (rank == 0) {
+    try {
+      require_replaceable(target);
+      fs::remove_all(staging);  // what a save killed before its exchange left behind
+      const fs::path parent = fs::path(staging).parent_path();
+      if (!parent.empty()) fs::create_directories(parent);
+      fs::create_directory(staging);
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw failure(e.what());
     }
-    const c10::IValue optimizer = state_->options.fault == Fault::checkpoint_drops_optimizer_state
-                                      ? c10::IValue()
-                                      : optimizer_state_value(*state_->optimizer);
-    const std::vector<char> bytes = torch::pickle_save(c10::ivalue::Tuple::create(
-        std::vector<c10::IValue>{std::string(kFormat), int64_t{state_->comm.world_size()}, state_->micro_steps, ids,
-                                 shards, optimizer}));
-    {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      out.close();
-      if (!out) throw std::runtime_error("short write");
-    }
-    // Rename is atomic: a crash leaves either the old checkpoint or the new one, never half.
-    std::filesystem::rename(temp, file);
-  } catch (const std::exception& e) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw CheckpointError("rank " + std::to_string(state_->comm.rank()) + ": cannot write " +
-                          file + ": " + e.what());
   }
-  state_->comm.barrier();  // a checkpoint exists once every rank's file does
+  s.comm.barrier();
+  point("staging");
+  if (!fs::is_directory(staging)) throw failure("rank 0 did not prepare " + staging);
+
+  // This rank's file.
+  const bool drop_optimizer = s.options.fault == Fault::checkpoint_drops_optimizer_state;
+  c10::impl::GenericList entries(c10::AnyType::get());
+  for (const auto& p : s.params) {
+    const auto shard = written_by(*p, rank);
+    if (!shard) continue;
+    const int64_t n = shard->end - shard->begin;
+    const c10::IValue state = drop_optimizer ? c10::IValue() : param_state_value(*s.optimizer, p->master);
+    entries.push_back(c10::ivalue::Tuple::create(Elements{p->path, shard->begin, real_elements(p->master, n),
+                                                          cut_state(state, n),
+                                                          param_options_value(*s.optimizer, p->master)}));
+  }
+  const std::string file = (fs::path(staging) / rank_file_name(rank, world)).string();
+  try {
+    const std::vector<char> bytes = torch::pickle_save(c10::ivalue::Tuple::create(
+        Elements{std::string(kCheckpointFormat), int64_t{world}, int64_t{rank}, s.micro_steps, entries}));
+    durable::write_file(file, bytes);
+  } catch (const std::exception& e) {
+    throw failure(e.what());
+  }
+  point("rank-file");
+  s.comm.barrier();  // every rank file is on disk
+
+  if (rank == 0) {
+    try {
+      CheckpointManifest m;
+      m.world_size = world;
+      m.micro_steps = s.micro_steps;
+      m.client_state = client_state;
+      m.optimizer = optimizer_kind(*s.optimizer);
+      for (auto& group : s.optimizer->param_groups())
+        if (!group.params().empty())
+          m.optimizer_groups.push_back(options_json(param_options_value(*s.optimizer, group.params()[0]), m.optimizer));
+      for (const auto& p : s.params) {
+        ManifestParam mp{p->path, p->shape, "float32", p->trainable, kind_of(*p), p->owner, {}};
+        for (int r = 0; r < world; ++r)
+          if (const auto shard = written_by(*p, r)) mp.shards.push_back(*shard);
+        m.params.push_back(std::move(mp));
+      }
+      for (int r = 0; r < world; ++r) {
+        ManifestFile f;
+        f.name = rank_file_name(r, world);
+        f.crc32c = crc32c_of_file((fs::path(staging) / f.name).string(), &f.bytes);
+        m.files.push_back(f);
+      }
+      const std::string text = m.to_json();
+      durable::write_file(manifest_path(staging), std::vector<char>(text.begin(), text.end()));
+      durable::sync_dir(staging);
+      point("manifest");
+      durable::replace_dir(staging, target, [&] { point("exchanged"); });
+    } catch (const CheckpointError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw failure(e.what());
+    }
+  }
+  s.comm.barrier();  // the checkpoint is in place for every rank
+  point("done");
 }
 
 void Engine::load_checkpoint(const std::string& dir) {
   state_->require_live("load_checkpoint");
-  const std::string file = shard_file(dir, state_->comm);
-  if (!std::filesystem::exists(file))
-    throw CheckpointError("rank " + std::to_string(state_->comm.rank()) + ": no checkpoint " +
-                          file + " (written for another world size?)");
-  std::vector<at::Tensor> shards;
-  try {
-    std::ifstream in(file, std::ios::binary | std::ios::ate);
-    if (!in) throw std::runtime_error("cannot open it");
-    std::vector<char> bytes(static_cast<size_t>(in.tellg()));
-    in.seekg(0);
-    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) throw std::runtime_error("read error");
-    const c10::IValue saved = torch::pickle_load(bytes);
-    if (!saved.isTuple() || saved.toTuple()->elements().size() != 6)
-      throw CheckpointError(file + ": not a " + std::string(kFormat) + " checkpoint");
-    const auto fields = saved.toTuple()->elements().vec();
-    if (!fields[0].isString() || fields[0].toStringRef() != kFormat)
-      throw CheckpointError(file + ": not a " + std::string(kFormat) + " checkpoint");
-    if (fields[1].toInt() != state_->comm.world_size())
-      throw CheckpointError(file + ": written by a world of " + std::to_string(fields[1].toInt()) +
-                            ", this world has " + std::to_string(state_->comm.world_size()));
-    const auto ids = fields[3].toList();
-    const auto saved_shards = fields[4].toList();
-    if (ids.size() != saved_shards.size())
-      throw CheckpointError(file + ": " + std::to_string(ids.size()) + " shard ids for " +
-                            std::to_string(saved_shards.size()) + " shards");
-    std::unordered_map<int64_t, at::Tensor> by_id;
-    for (size_t i = 0; i < ids.size(); ++i) by_id[ids.get(i).toInt()] = saved_shards.get(i).toTensor();
-    for (const auto& p : state_->params) {
-      auto it = by_id.find(p->id);
-      if (it == by_id.end()) throw CheckpointError(file + ": no shard of '" + p->path + "'");
-      const at::Tensor& shard = it->second;
-      if (shard.sizes() != p->master.sizes())
-        throw CheckpointError(file + ": shard of '" + p->path + "' has shape " +
-                              c10::str(shard.sizes()) + ", expected " +
-                              c10::str(p->master.sizes()));
-      shards.push_back(shard);
-    }
-    const int64_t saved_micro_steps = fields[2].toInt();
-    // Without optimizer state in the file (a fault drops it) the optimizer keeps what it has.
-    // load_optimizer_state replaces the whole state, or changes nothing when it throws.
-    if (!fields[5].isNone()) {
-      try {
-        load_optimizer_state(*state_->optimizer, fields[5]);
-      } catch (const CheckpointError& e) {
-        throw CheckpointError(file + ": " + e.what());
-      }
-    }
-    state_->micro_steps = saved_micro_steps;
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CheckpointError("rank " + std::to_string(state_->comm.rank()) + ": cannot read " +
-                          file + ": " + e.what());
+  EngineState& s = *state_;
+  const int rank = s.comm.rank();
+  const std::string target = target_dir(dir);
+  // Every rank reads and verifies every file: the same bytes give every rank the same verdict,
+  // so all refuse together, before anything changes and before any collective.
+  const LoadedCheckpoint saved = read_checkpoint(target);
+  const CheckpointManifest& m = saved.manifest;
+  const std::string where = manifest_path(target);
+
+  if (m.params.size() != s.params.size())
+    throw CheckpointError(where + ": " + std::to_string(m.params.size()) + " parameters, this model has " +
+                          std::to_string(s.params.size()) + " (a checkpoint of another model)");
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const ManifestParam& mp = m.params[i];
+    const ManagedParam& p = *s.params[i];
+    if (mp.path != p.path || mp.shape != p.shape || mp.trainable != p.trainable)
+      throw CheckpointError(where + ": parameter " + std::to_string(i) + " is '" + mp.path + "' " +
+                            c10::str(c10::IntArrayRef(mp.shape)) + (mp.trainable ? "" : " frozen") +
+                            ", this model has '" + p.path + "' " + c10::str(c10::IntArrayRef(p.shape)) +
+                            (p.trainable ? "" : " frozen") + " (a checkpoint of another model)");
   }
-  // Only now, with everything read and checked, does the engine change: nothing partial.
+  const std::string kind = optimizer_kind(*s.optimizer);
+  if (m.optimizer != kind)
+    throw CheckpointError(where + ": optimizer state of a " + m.optimizer + " optimizer, this engine's is " + kind);
+
+  // Cut everything for this world, still without touching the engine.
+  std::vector<at::Tensor> masters(s.params.size());
+  std::vector<bool> stepped(s.params.size(), false);  // has optimizer state: it had a gradient
+  std::vector<ParamStateToLoad> states;
+  std::unordered_map<const c10::TensorImpl*, c10::IValue> options_by_master;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const ManagedParam& p = *s.params[i];
+    if (p.placed() && p.owner != rank) continue;  // placed elsewhere: nothing of it lives here
+    auto cut = [&](const at::Tensor& full) {
+      return p.placed() || p.persistent ? full.view(p.shape) : p.layout.shard_of(full, rank);
+    };
+    masters[i] = cut(saved.full_parameter(i).reshape({-1}));
+    c10::IValue state = saved.full_state(i);
+    if (!state.isNone()) {
+      Elements fields = state.toTuple()->elements().vec();
+      for (auto& f : fields)
+        if (f.isTensor()) f = cut(f.toTensor()).to(p.master.device());
+      state = c10::ivalue::Tuple::create(std::move(fields));
+      stepped[i] = true;
+    }
+    states.push_back(ParamStateToLoad{p.master, state});
+    const auto& pieces = saved.pieces[i];
+    if (!pieces.empty()) options_by_master[p.master.unsafeGetTensorImpl()] = pieces.front().options;
+  }
+  std::vector<c10::IValue> group_options;
+  for (auto& group : s.optimizer->param_groups()) {
+    c10::IValue options;
+    for (const auto& t : group.params())
+      if (auto it = options_by_master.find(t.unsafeGetTensorImpl()); it != options_by_master.end() && options.isNone())
+        options = it->second;
+    group_options.push_back(options);
+  }
+  // Without optimizer state in the checkpoint (a planted fault drops it) the state is cleared,
+  // as a fresh optimizer's would be. replace_optimizer_state changes nothing when it throws.
+  try {
+    replace_optimizer_state(*s.optimizer, states, group_options);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(where + ": " + e.what());
+  }
+  // The optimizer is replaced; the rest cannot fail.
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < shards.size(); ++i) state_->params[i]->master.copy_(shards[i]);
-  state_->comm.barrier();
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    ManagedParam& p = *s.params[i];
+    if (masters[i].defined()) p.master.copy_(masters[i]);
+    // A parameter the optimizer has stepped had a gradient, which zero_grad keeps as zeros
+    // (LibTorch's default): it steps again even in a step that does not reach it, as in dense
+    // training. An engine that never ran its backward (a fresh one, or the expert's new owner)
+    // must get that zero gradient too, or it would skip those steps.
+    if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
+  }
+  s.micro_steps = m.micro_steps;
+  s.comm.barrier();
 }
 
 }  // namespace zero3

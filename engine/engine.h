@@ -26,6 +26,7 @@
 #include <ATen/Tensor.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,10 @@ struct EngineOptions {
   // Where a rank's placed modules live: cuda:(rank / ranks_per_device) when CUDA is available
   // and that device exists, else the CPU. Several ranks may share one device.
   int ranks_per_device = 1;
+  // A test hook, empty in normal use: save_checkpoint calls it on each rank at each named point
+  // ("staging", "rank-file", "manifest", "exchanged", "done") so a test can kill the process
+  // there and prove that a save leaves the old checkpoint or the new one, never a mix.
+  std::function<void(const std::string& point)> save_point;
 };
 
 // Returns the device of `rank` under `ranks_per_device` (see EngineOptions).
@@ -122,11 +127,20 @@ class Engine {
 
   // Returns the full parameters by path on rank 0 and an empty map elsewhere. Collective.
   std::map<std::string, at::Tensor> consolidated_state_dict();
-  // Writes this rank's shards and optimizer state under `dir` (temp file + rename). Collective.
-  // Throws CheckpointError when the directory cannot be written.
-  void save_checkpoint(const std::string& dir);
-  // Reads what save_checkpoint wrote for the same world size and model. Collective.
-  // Throws CheckpointError naming the file and the mismatch.
+  // Writes a checkpoint into `dir`: every rank's shards and optimizer state in a sibling
+  // staging directory, rank 0's manifest (checkpoint_manifest.h) last, then an atomic exchange
+  // with `dir`; every file and directory is fsynced first, so a crash at any point leaves the
+  // old checkpoint or the new one. Collective.
+  // `client_state_json` (a JSON object, "{}" when empty) is kept in the manifest for the caller
+  // (as DeepSpeed's client_state): read it back with read_checkpoint (checkpoint_reader.h).
+  // Throws CheckpointError when `dir` cannot be written, or holds something other than a
+  // checkpoint (it is never replaced then); UsageError when client_state_json is not an object.
+  void save_checkpoint(const std::string& dir, const std::string& client_state_json = "{}");
+  // Loads the checkpoint in `dir`, saved by any world size, into this world: parameters are
+  // re-cut for this world's shards, placed modules' parameters and optimizer state go to their
+  // owners here. Everything is read and verified (checkpoint_reader.h) before anything changes.
+  // Collective. Throws CheckpointError naming the file and what is wrong (missing, truncated,
+  // damaged, another model or optimizer kind); the engine is unchanged then.
   void load_checkpoint(const std::string& dir);
 
  private:

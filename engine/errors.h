@@ -30,8 +30,9 @@ class Error : public std::runtime_error {
                        "schedule forbids")                                                         \
   X(CommError, "a collective that did not complete in time, or a peer rank that failed while "     \
                "this rank waited on it")                                                           \
-  X(CheckpointError, "a checkpoint that is missing, truncated, or written for another world size " \
-                     "or layout")                                                                  \
+  X(CheckpointError, "a checkpoint that is missing, incomplete, truncated or damaged (a size or "   \
+                     "CRC-32C that differs from its manifest), of another model or optimizer "     \
+                     "kind, or of an older format")                                                \
   X(PlacementError, "a placement policy that cannot be evaluated on a module (missing attribute, " \
                     "rank out of range)")                                                          \
   X(AttributeError, "an attribute name outside the accepted rule (see AttrDict), or a lookup of a " \

@@ -7,6 +7,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,8 +104,7 @@ at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor
 
 // ---- optimizer state in checkpoints ------------------------------------------------------------
 //
-// (kind, [(options, [state or None per parameter position]) per group]), where options and state
-// are tuples of the kind's fields in a fixed order.
+// Options and per-parameter state are tuples of the kind's fields in a fixed order.
 
 namespace {
 
@@ -174,82 +174,95 @@ struct SgdFields {
   }
 };
 
+}  // namespace
+
+// ---- per-parameter state ---------------------------------------------------------------------
+
+namespace {
+
 template <class Fields>
-c10::IValue state_value_as(torch::optim::Optimizer& optimizer, const char* kind) {
+c10::IValue param_state_as(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
   auto& states = optimizer.state();
   using Key = std::decay_t<decltype(states.begin()->first)>;
-  c10::impl::GenericList groups(c10::AnyType::get());
-  for (auto& group : optimizer.param_groups()) {
-    c10::impl::GenericList per_param(c10::AnyType::get());
-    for (const auto& p : group.params()) {
-      auto it = states.find(compat::optimizer_state_key<Key>(p));
-      per_param.push_back(it == states.end() ? c10::IValue() : Fields::state(*it->second));
-    }
-    groups.push_back(c10::ivalue::Tuple::create(Elements{Fields::options(group.options()), per_param}));
-  }
-  return c10::ivalue::Tuple::create(Elements{std::string(kind), groups});
+  auto it = states.find(compat::optimizer_state_key<Key>(param));
+  return it == states.end() ? c10::IValue() : Fields::state(*it->second);
 }
 
 template <class Fields>
-void load_state_as(torch::optim::Optimizer& optimizer, const c10::IValue& saved, const char* kind) {
-  const Elements top = fields(saved, 2, "checkpoint");
-  if (top[0].toStringRef() != kind)
-    throw CheckpointError("optimizer state of a " + top[0].toStringRef() + " optimizer, this one is " + kind);
-  const auto groups = top[1].toList();
-  auto& live_groups = optimizer.param_groups();
-  if (groups.size() != live_groups.size())
-    throw CheckpointError("optimizer state has " + std::to_string(groups.size()) + " parameter groups, the optimizer " +
-                          std::to_string(live_groups.size()));
-  // Everything is decoded and checked before anything changes: nothing partial.
-  auto& states = optimizer.state();
-  using Key = std::decay_t<decltype(states.begin()->first)>;
-  using StateMap = std::decay_t<decltype(states)>;
-  StateMap loaded;
-  std::vector<decltype(Fields::options_from(c10::IValue()))> options;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const Elements group = fields(groups.get(g), 2, "parameter group");
-    const auto per_param = group[1].toList();
-    const auto& params = live_groups[g].params();
-    if (per_param.size() != params.size())
-      throw CheckpointError("optimizer state's parameter group " + std::to_string(g) + " has " +
-                            std::to_string(per_param.size()) + " parameters, the optimizer's " +
-                            std::to_string(params.size()));
-    options.push_back(Fields::options_from(group[0]));
-    for (size_t i = 0; i < params.size(); ++i)
-      if (const c10::IValue state = per_param.get(i); !state.isNone())
-        loaded[compat::optimizer_state_key<Key>(params[i])] = Fields::state_from(state);
-  }
-  states = std::move(loaded);
-  for (size_t g = 0; g < live_groups.size(); ++g)
-    static_cast<decltype(Fields::options_from(c10::IValue()))&>(live_groups[g].options()) = options[g];
+c10::IValue param_options_as(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  for (auto& group : optimizer.param_groups())
+    for (const auto& p : group.params())
+      if (p.unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return Fields::options(group.options());
+  return c10::IValue();
 }
+
+template <class Fields>
+void replace_state_as(torch::optim::Optimizer& optimizer, const std::vector<ParamStateToLoad>& states,
+                      const std::vector<c10::IValue>& group_options) {
+  auto& live = optimizer.state();
+  using Key = std::decay_t<decltype(live.begin()->first)>;
+  using StateMap = std::decay_t<decltype(live)>;
+  using Options = decltype(Fields::options_from(c10::IValue()));
+  auto& groups = optimizer.param_groups();
+  if (group_options.size() != groups.size())
+    throw CheckpointError("optimizer options for " + std::to_string(group_options.size()) + " groups, the optimizer has " +
+                          std::to_string(groups.size()));
+  StateMap loaded;
+  for (const auto& s : states)
+    if (!s.state.isNone()) loaded[compat::optimizer_state_key<Key>(s.param)] = Fields::state_from(s.state);
+  std::vector<std::optional<Options>> options;
+  for (const auto& o : group_options)
+    options.push_back(o.isNone() ? std::nullopt : std::optional<Options>(Fields::options_from(o)));
+  // Only now, with every field decoded, does the optimizer change.
+  live = std::move(loaded);
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (options[g]) static_cast<Options&>(groups[g].options()) = *options[g];
+}
+
+template <class R>
+R by_kind(torch::optim::Optimizer& optimizer, const std::function<R(const char*)>& adamw,
+          const std::function<R(const char*)>& adam, const std::function<R(const char*)>& sgd) {
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) return adamw("adamw");
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) return adam("adam");
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return sgd("sgd");
+  throw UsageError(std::string("unsupported optimizer type ") + typeid(optimizer).name() +
+                   "; zerocheck's engine checkpoints Adam, AdamW and SGD");
+}
+
+using AdamWKind = AdamFields<torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+using AdamKind = AdamFields<torch::optim::AdamOptions, torch::optim::AdamParamState>;
 
 }  // namespace
 
-c10::IValue optimizer_state_value(torch::optim::Optimizer& optimizer) {
-  using torch::optim::AdamParamState, torch::optim::AdamWParamState;
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer))
-    return state_value_as<AdamFields<torch::optim::AdamWOptions, AdamWParamState>>(optimizer, "adamw");
-  if (dynamic_cast<torch::optim::Adam*>(&optimizer))
-    return state_value_as<AdamFields<torch::optim::AdamOptions, AdamParamState>>(optimizer, "adam");
-  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return state_value_as<SgdFields>(optimizer, "sgd");
-  throw UsageError(std::string("unsupported optimizer type ") + typeid(optimizer).name() +
-                   "; zerocheck's engine checkpoints Adam, AdamW and SGD");
+std::string optimizer_kind(torch::optim::Optimizer& optimizer) {
+  auto name = [](const char* kind) { return std::string(kind); };
+  return by_kind<std::string>(optimizer, name, name, name);
 }
 
-void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& saved) {
-  using torch::optim::AdamParamState, torch::optim::AdamWParamState;
+c10::IValue param_state_value(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  return by_kind<c10::IValue>(
+      optimizer, [&](const char*) { return param_state_as<AdamWKind>(optimizer, param); },
+      [&](const char*) { return param_state_as<AdamKind>(optimizer, param); },
+      [&](const char*) { return param_state_as<SgdFields>(optimizer, param); });
+}
+
+c10::IValue param_options_value(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  return by_kind<c10::IValue>(
+      optimizer, [&](const char*) { return param_options_as<AdamWKind>(optimizer, param); },
+      [&](const char*) { return param_options_as<AdamKind>(optimizer, param); },
+      [&](const char*) { return param_options_as<SgdFields>(optimizer, param); });
+}
+
+void replace_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<ParamStateToLoad>& states,
+                             const std::vector<c10::IValue>& group_options) {
   try {
-    if (dynamic_cast<torch::optim::AdamW*>(&optimizer))
-      return load_state_as<AdamFields<torch::optim::AdamWOptions, AdamWParamState>>(optimizer, saved, "adamw");
-    if (dynamic_cast<torch::optim::Adam*>(&optimizer))
-      return load_state_as<AdamFields<torch::optim::AdamOptions, AdamParamState>>(optimizer, saved, "adam");
-    if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return load_state_as<SgdFields>(optimizer, saved, "sgd");
+    by_kind<int>(
+        optimizer, [&](const char*) { return replace_state_as<AdamWKind>(optimizer, states, group_options), 0; },
+        [&](const char*) { return replace_state_as<AdamKind>(optimizer, states, group_options), 0; },
+        [&](const char*) { return replace_state_as<SgdFields>(optimizer, states, group_options), 0; });
   } catch (const c10::Error& e) {  // a field of the wrong type: a damaged checkpoint
     throw CheckpointError(std::string("optimizer state does not read: ") + e.what_without_backtrace());
   }
-  throw UsageError(std::string("unsupported optimizer type ") + typeid(optimizer).name() +
-                   "; zerocheck's engine checkpoints Adam, AdamW and SGD");
 }
 
 }  // namespace zero3

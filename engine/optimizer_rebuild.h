@@ -3,10 +3,10 @@
 // Supported: torch::optim::Adam, AdamW and SGD. Each of the user's parameter groups becomes a
 // group with the same options over the replacement tensors, in the same order.
 //
-// The optimizer's state travels in checkpoints as a plain IValue (optimizer_state_value): per
-// group its options and, per parameter position, that parameter's state. LibTorch's own
-// Optimizer::save writes a TorchScript archive whose reading compiles a class per nested
-// archive, which made a checkpoint cost more than the training step it saves.
+// The optimizer's state travels in checkpoints as plain IValues, per parameter (param_state_value)
+// so a checkpoint can cut and re-join it for another world size. LibTorch's own Optimizer::save
+// writes a TorchScript archive whose reading compiles a class per nested archive, which made a
+// checkpoint cost more than the training step it saves.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace zero3 {
 
@@ -33,17 +35,31 @@ at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor
 // Returns the number of state elements the optimizer holds for `param` (0 when none).
 int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 
-// Returns the optimizer's per-group options and per-parameter state as tuples and lists of
-// numbers and tensors (torch::pickle_save writes it). The tensors are the live ones: write them
-// out or copy them before the optimizer steps again.
-// Throws UsageError for an optimizer kind rebuild_optimizer does not make.
-c10::IValue optimizer_state_value(torch::optim::Optimizer& optimizer);
+// ---- per-parameter state, for checkpoints that do not depend on how parameters are cut -------
+//
+// A parameter's state is a tuple of the kind's fields in a fixed order (Adam/AdamW: step,
+// exp_avg, exp_avg_sq, max_exp_avg_sq or None; SGD: momentum_buffer or None): its tensors are
+// per element, so a checkpoint can cut and re-join them like the parameter itself. Its group's
+// options are a tuple too (Adam/AdamW: lr, beta1, beta2, eps, weight_decay, amsgrad; SGD: lr,
+// momentum, dampening, weight_decay, nesterov).
 
-// Replaces the optimizer's state and group options by `saved` (what optimizer_state_value
-// returned for an optimizer of the same kind with groups of the same sizes), matching parameters
-// by their position in their group, as LibTorch's Optimizer::load does. A parameter with no saved
-// state has none afterwards. Throws CheckpointError saying what does not match, and changes
-// nothing then.
-void load_optimizer_state(torch::optim::Optimizer& optimizer, const c10::IValue& saved);
+// Returns "adam", "adamw" or "sgd". Throws UsageError for another kind.
+std::string optimizer_kind(torch::optim::Optimizer& optimizer);
+// Returns the state tuple the optimizer holds for `param`, or None (no state, or not its parameter).
+c10::IValue param_state_value(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+// Returns the options tuple of the group that holds `param`, or None when no group does.
+c10::IValue param_options_value(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+
+// The state to install for one parameter of the optimizer (None: no state).
+struct ParamStateToLoad {
+  at::Tensor param;
+  c10::IValue state;
+};
+
+// Replaces the optimizer's whole state by `states` and each group's options by `group_options`
+// (one tuple per group, in order; None keeps the group's options). Everything is decoded first:
+// throws CheckpointError saying which field does not read, and changes nothing then.
+void replace_optimizer_state(torch::optim::Optimizer& optimizer, const std::vector<ParamStateToLoad>& states,
+                             const std::vector<c10::IValue>& group_options);
 
 }  // namespace zero3

@@ -1,6 +1,8 @@
 #include "harness/train.h"
 
+#include "engine/checkpoint_reader.h"
 #include "engine/engine.h"
+#include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/model/model.h"
@@ -89,7 +91,22 @@ std::pair<model::Traffic, model::Traffic> rank_traffic(zero3::Module& dense, con
   return {trace.forward(), trace.backward(reached)};
 }
 
-DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states) {
+// Where a resumed run starts: the steps its checkpoint had taken, at which world size.
+struct Resume {
+  int64_t first_step = 0;
+  int world = 0;
+};
+
+model::Expectation expectation_at(const std::shared_ptr<zero3::Module>& model, const ModelSpec& spec, int world) {
+  const zero3::Config config = training_config(spec);
+  auto expected = model::expect(model, config.placement, config.zero_optimization.stage3_param_persistence_threshold,
+                                world);
+  if (auto* refusal = std::get_if<model::PlacementRefusal>(&expected))
+    throw zero3::UsageError("model '" + spec.name + "': its placement cannot be evaluated: " + refusal->reason);
+  return std::get<model::Expectation>(expected);
+}
+
+DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t optimizer_states, const Resume& resume) {
   DenseRun run;
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
@@ -101,7 +118,18 @@ DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t o
   const model::Expectation& expectation = std::get<model::Expectation>(expected);
   DenseBaseline dense(model, adam_factory(options.lr));
   std::set<std::string> trained;  // parameters that have had a gradient on some rank so far
-  for (int64_t step = 0; step < options.steps; ++step) {
+  if (resume.first_step > 0) {  // the saved run's steps, at its world size
+    const model::Expectation saved_expectation = expectation_at(model, spec, resume.world);
+    for (int64_t step = 0; step < resume.first_step; ++step) {
+      std::vector<Batch> batches;
+      for (int r = 0; r < resume.world; ++r) batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
+      const std::vector<zero3::Route> routes = routes_of(spec, step, resume.world);
+      for (int r = 0; r < resume.world; ++r)
+        rank_traffic(*model, model, saved_expectation, resume.world, batches[r], routes[r], trained);
+      dense.step(batches, routes);
+    }
+  }
+  for (int64_t step = resume.first_step; step < resume.first_step + options.steps; ++step) {
     std::vector<Batch> batches;
     for (int r = 0; r < world; ++r) batches.push_back(make_batch(spec, options.seed, step, r, options.batch_size));
     const std::vector<zero3::Route> routes = routes_of(spec, step, world);
@@ -119,9 +147,32 @@ DenseRun run_dense(const TrainOptions& options, const ModelSpec& spec, int64_t o
   return run;
 }
 
-}  // namespace
-
-namespace {
+// Returns `given` with the saved run's model, seed, batch size and learning rate when it resumes,
+// and where the saved run stopped.
+std::pair<TrainOptions, Resume> resolve_resume(const TrainOptions& given) {
+  if (given.resume_dir.empty()) return {given, Resume{}};
+  const zero3::LoadedCheckpoint saved = zero3::read_checkpoint(given.resume_dir);
+  const nlohmann::json& client = saved.manifest.client_state;
+  if (!client.contains("zerocheck_train") || !client["zerocheck_train"].is_object())
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) +
+                                 ": not written by `zerocheck train --save` (no client_state.zerocheck_train)");
+  const nlohmann::json& run = client["zerocheck_train"];
+  TrainOptions options = given;
+  Resume resume;
+  try {
+    options.model = run.at("model").get<std::string>();
+    options.seed = run.at("seed").get<uint64_t>();
+    options.batch_size = run.at("batch").get<int64_t>();
+    options.lr = run.at("lr").get<double>();
+    resume.first_step = run.at("steps").get<int64_t>();
+    resume.world = run.at("world").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) + ": client_state.zerocheck_train: " + e.what());
+  }
+  if (resume.world != saved.manifest.world_size || resume.first_step < 0)
+    throw zero3::CheckpointError(zero3::manifest_path(given.resume_dir) + ": client_state.zerocheck_train disagrees with the manifest");
+  return {options, resume};
+}
 
 void check_options(const TrainOptions& options) {
   if (options.steps < 1) throw zero3::UsageError("--steps must be >= 1");
@@ -149,7 +200,8 @@ void compare_parameters(const DenseRun& dense, const std::map<std::string, at::T
   }
 }
 
-std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const ModelSpec& spec, const DenseRun& dense) {
+std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const Resume& resume, const ModelSpec& spec,
+                                         const DenseRun& dense) {
   const int world = options.world_size;
   const zero3::Config config = training_config(spec);
   std::vector<TrainRankResult> results(world);
@@ -173,15 +225,17 @@ std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const Mode
     auto model = spec.build(options.seed);
     auto user_optimizer = adam_factory(options.lr)(trainable_parameters(*model));
     auto engine = zero3::initialize(model, *user_optimizer, config, comm, zero3::EngineOptions(options.fault));
+    if (!options.resume_dir.empty()) engine->load_checkpoint(options.resume_dir);
     for (int64_t step = 0; step < options.steps; ++step) {
       note_operation(step, "training step");
       if (rank == options.fail_rank && step == options.fail_step)
         throw zero3::UsageError("injected failure at step " + std::to_string(step) + " (--fail-rank)");
-      const Batch batch = make_batch(spec, options.seed, step, rank, options.batch_size);
+      const int64_t data_step = resume.first_step + step;  // batches and routes continue the saved run's
+      const Batch batch = make_batch(spec, options.seed, data_step, rank, options.batch_size);
       const auto& [forward_expected, backward_expected] = dense.traffic[step][rank];
       // Every collective kind, every operation of every step (I8).
       auto before = comm.stats();
-      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(step, rank)), batch.target);
+      at::Tensor loss = training_loss(engine->forward(batch.input, spec.route(data_step, rank)), batch.target);
       const model::Traffic forward = model::traffic_between(before, comm.stats());
       judge(step, oracles::traffic("forward", forward_expected, forward, ""));
       before = comm.stats();
@@ -220,6 +274,13 @@ std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const Mode
     }
     auto state = engine->consolidated_state_dict();
     if (rank == 0) compare_parameters(dense, state, mine);
+    if (!options.save_dir.empty()) {
+      const nlohmann::json client{{"zerocheck_train", {{"model", options.model}, {"seed", options.seed},
+                                                       {"batch", options.batch_size}, {"lr", options.lr},
+                                                       {"steps", resume.first_step + options.steps},
+                                                       {"world", world}}}};
+      engine->save_checkpoint(options.save_dir, client.dump());
+    }
   });
   std::vector<TrainRankResult> mine;
   for (int r = 0; r < world; ++r)
@@ -227,7 +288,8 @@ std::vector<TrainRankResult> train_ranks(const TrainOptions& options, const Mode
   return mine;
 }
 
-TrainReport judge_training(const TrainOptions& options, const DenseRun& dense, std::vector<TrainRankResult> parts) {
+TrainReport judge_training(const TrainOptions& options, const Resume& resume, const DenseRun& dense,
+                           std::vector<TrainRankResult> parts) {
   const int world = options.world_size;
   std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   if (static_cast<int>(parts.size()) != world)
@@ -240,6 +302,8 @@ TrainReport judge_training(const TrainOptions& options, const DenseRun& dense, s
   report.world_size = world;
   report.steps = options.steps;
   report.model = options.model;
+  report.first_step = resume.first_step;
+  report.resumed_from_world = resume.world;
   report.dense_losses = dense.losses;
   report.expected_state_bytes_per_rank = dense.expected_state_bytes.back();
   for (const auto& part : parts) {
@@ -269,23 +333,27 @@ constexpr int64_t kAdamStates = 2;
 
 }  // namespace
 
-std::vector<TrainRankResult> run_training_ranks(const TrainOptions& options) {
+// Each entry resolves a resume the same way, so a worker and its launcher agree on the run.
+std::vector<TrainRankResult> run_training_ranks(const TrainOptions& given) {
+  const auto [options, resume] = resolve_resume(given);
   check_options(options);
   const ModelSpec spec = model_spec(options.model);
-  return train_ranks(options, spec, run_dense(options, spec, kAdamStates));
+  return train_ranks(options, resume, spec, run_dense(options, spec, kAdamStates, resume));
 }
 
-TrainReport judge_training(const TrainOptions& options, const std::vector<TrainRankResult>& parts) {
+TrainReport judge_training(const TrainOptions& given, const std::vector<TrainRankResult>& parts) {
+  const auto [options, resume] = resolve_resume(given);
   check_options(options);
   const ModelSpec spec = model_spec(options.model);
-  return judge_training(options, run_dense(options, spec, kAdamStates), parts);
+  return judge_training(options, resume, run_dense(options, spec, kAdamStates, resume), parts);
 }
 
-TrainReport run_training(const TrainOptions& options) {
+TrainReport run_training(const TrainOptions& given) {
+  const auto [options, resume] = resolve_resume(given);
   check_options(options);
   const ModelSpec spec = model_spec(options.model);
-  const DenseRun dense = run_dense(options, spec, kAdamStates);
-  return judge_training(options, dense, train_ranks(options, spec, dense));
+  const DenseRun dense = run_dense(options, spec, kAdamStates, resume);
+  return judge_training(options, resume, dense, train_ranks(options, resume, spec, dense));
 }
 
 namespace {
@@ -337,7 +405,7 @@ TrainRankResult TrainRankResult::from_json(const nlohmann::json& j) {
 nlohmann::json TrainOptions::to_json() const {
   return {{"world", world_size}, {"steps", steps},         {"model", model},         {"seed", seed},
           {"batch", batch_size}, {"lr", lr},               {"engine", std::string(zero3::fault_name(fault))},
-          {"fail_rank", fail_rank}, {"fail_step", fail_step}};
+          {"fail_rank", fail_rank}, {"fail_step", fail_step}, {"save_dir", save_dir}, {"resume_dir", resume_dir}};
 }
 
 TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
@@ -352,6 +420,8 @@ TrainOptions TrainOptions::from_json(const nlohmann::json& j) {
     o.fault = zero3::engine_by_name(j.at("engine").get<std::string>(), "engine");
     o.fail_rank = j.at("fail_rank").get<int>();
     o.fail_step = j.at("fail_step").get<int64_t>();
+    o.save_dir = j.at("save_dir").get<std::string>();
+    o.resume_dir = j.at("resume_dir").get<std::string>();
     return o;
   } catch (const nlohmann::json::exception& e) {
     throw zero3::UsageError(std::string("training options JSON is malformed: ") + e.what());
@@ -364,6 +434,8 @@ int64_t TrainReport::expected_elements_per_step() const { return total(expected_
 nlohmann::json TrainReport::to_json() const {
   return nlohmann::json{{"world", world_size},
                         {"steps", steps},
+                        {"first_step", first_step},
+                        {"resumed_from_world", resumed_from_world},
                         {"model", model},
                         {"losses", losses},
                         {"dense_losses", dense_losses},

@@ -27,6 +27,12 @@ struct TrainOptions {
   int fail_rank = -1;
   int64_t fail_step = 0;
   std::chrono::milliseconds timeout{30000};
+  // After the last step, save a checkpoint here (with what --resume needs in its client state).
+  std::string save_dir;
+  // Start from the checkpoint here, saved by `train --save` at any world size: the model, seed,
+  // batch size and learning rate come from it, `steps` more steps run at `world_size`, and the
+  // dense twin replays the saved run's steps at its world size first.
+  std::string resume_dir;
 
   // What a worker needs (comm and timeout are the process world's own).
   nlohmann::json to_json() const;
@@ -54,6 +60,8 @@ struct TrainReport {
   int world_size = 0;
   int64_t steps = 0;
   std::string model;
+  int64_t first_step = 0;  // > 0 when resumed: the steps the checkpoint had taken
+  int resumed_from_world = 0;
   std::vector<double> losses;        // per step: mean over ranks (summed in rank order)
   std::vector<double> dense_losses;  // the same for the dense baseline
   double max_loss_abs_diff = 0;

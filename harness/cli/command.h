@@ -34,6 +34,8 @@ inline constexpr int kExitUsage = 2;
     "read scenario files only: one line per file, `FILE: ok` or `FILE: <path>: <error>`")         \
   X(worker, register_worker_command,                                                             \
     "one rank of a world of processes, from torchrun's environment (RANK, WORLD_SIZE, MASTER_*)")  \
+  X(checkpoint, register_checkpoint_command,                                                     \
+    "`checkpoint inspect DIR`: manifest, sizes, verification; `checkpoint export DIR --out FILE`") \
   X(schema, register_schema_command,                                                             \
     "print the scenario language's tables as JSON (the Python replay's schema.json); --check FILE")
 

@@ -34,6 +34,9 @@ int run_command_line(std::vector<std::string> args) {
   } catch (const zero3::ConfigError& e) {
     std::cerr << "zerocheck: " << e.what() << "\n";
     return kExitUsage;
+  } catch (const zero3::CheckpointError& e) {  // a checkpoint given as input that does not verify
+    std::cerr << "zerocheck: " << e.what() << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "zerocheck: error: " << e.what() << "\n";
     return kExitViolation;

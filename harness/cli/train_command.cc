@@ -26,9 +26,12 @@ struct TrainArgs {
 void print_text(const TrainReport& report) {
   fmt::print("zerocheck train: model {} on {} ranks, {} steps\n", report.model, report.world_size,
              report.steps);
+  if (report.resumed_from_world > 0)
+    fmt::print("resumed after step {} of a checkpoint saved by {} ranks (the dense twin replays those steps)\n",
+               report.first_step, report.resumed_from_world);
   fmt::print("{:>5}  {:>22}  {:>22}  {:>10}\n", "step", "zero3 loss", "dense loss", "abs diff");
   for (size_t i = 0; i < report.losses.size(); ++i)
-    fmt::print("{:>5}  {:>22.17g}  {:>22.17g}  {:>10.3g}\n", i, report.losses[i],
+    fmt::print("{:>5}  {:>22.17g}  {:>22.17g}  {:>10.3g}\n", report.first_step + static_cast<int64_t>(i), report.losses[i],
                report.dense_losses[i], std::abs(report.losses[i] - report.dense_losses[i]));
   fmt::print("max |param - dense param|: {:g} (tolerance {:g})\n", report.max_param_abs_diff,
              kParityTolerance);
@@ -57,6 +60,10 @@ void register_train_command(CLI::App& command, int& exit_code) {
   command.add_option("--fail-rank", args->options.fail_rank,
                      "make this rank throw (to see the world fail fast)");
   command.add_option("--fail-step", args->options.fail_step, "step at which --fail-rank throws");
+  command.add_option("--save", args->options.save_dir, "after the last step, save a checkpoint into this directory");
+  command.add_option("--resume", args->options.resume_dir,
+                     "start from this `train --save` checkpoint (any world size): model, seed, batch and lr "
+                     "come from it; --steps more steps run on --world ranks");
   command.add_flag("--json", args->json, "print one JSON object");
   args->process.add_to(command);
   command.callback([args, world, &exit_code] {
