@@ -8,6 +8,7 @@
 #include "engine/local_comm.h"
 #include "engine/optimizer_rebuild.h"
 #include "harness/dense_baseline.h"
+#include "harness/engine_snapshot.h"
 #include "harness/models.h"
 
 #include <ATen/ATen.h>
@@ -51,24 +52,6 @@ struct Target {
 Target& target() {
   static Target t;
   return t;
-}
-
-std::vector<at::Tensor> snapshot(zero3::Engine& engine) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : engine.params()) {
-    out.push_back(p.master.detach().clone());
-    at::Tensor state = zero3::state_tensors_of(engine.optimizer(), p.master);
-    out.push_back(state.defined() ? state.clone() : at::zeros({0}));
-  }
-  for (auto& group : engine.optimizer().param_groups()) out.push_back(at::tensor(group.options().get_lr()));
-  return out;
-}
-
-bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].sizes() != b[i].sizes() || !at::equal(a[i], b[i])) return false;
-  return true;
 }
 
 void write(const fs::path& file, std::string_view data) {
@@ -122,13 +105,13 @@ ParseCheck check_checkpoint(std::string_view bytes) {
   fs::create_directories(t.dir);
   const uint8_t flags = unpack(bytes, t.dir);
   if (flags & 1) refresh_checksums(t.dir);
-  const auto before = snapshot(*t.engine);
+  const auto before = engine_state_snapshot(*t.engine);
   try {
     t.engine->load_checkpoint(t.dir);
     result.parsed = true;
   } catch (const zero3::CheckpointError& e) {
     result.refusal = e.what();
-    if (!same(before, snapshot(*t.engine)))
+    if (!same_engine_state(before, engine_state_snapshot(*t.engine)))
       result.finding = Finding{"checkpoint: a refused load changed the engine",
                                std::string("refused with: ") + e.what()};
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
 #include "harness/dense_baseline.h"
+#include "harness/engine_snapshot.h"
 #include "harness/models.h"
 #include "harness/world.h"
 
@@ -29,6 +30,8 @@ namespace zero3 {
 namespace {
 
 namespace fs = std::filesystem;
+using zerocheck::engine_state_snapshot;
+using zerocheck::same_engine_state;
 
 std::vector<char> read_all(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -102,24 +105,6 @@ void save_model(const std::string& model, const std::string& optimizer, int worl
 }
 
 // Everything a load could change: shards, optimizer state and the optimizer's options.
-std::vector<at::Tensor> snapshot(Engine& engine) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : engine.params()) {
-    out.push_back(p.master.detach().clone());
-    at::Tensor state = state_tensors_of(engine.optimizer(), p.master);
-    out.push_back(state.defined() ? state.clone() : at::zeros({0}));
-  }
-  for (auto& group : engine.optimizer().param_groups()) out.push_back(at::tensor(group.options().get_lr()));
-  return out;
-}
-
-bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].sizes() != b[i].sizes() || !at::equal(a[i], b[i])) return false;
-  return true;
-}
-
 TEST(CheckpointCorruption, EveryDamageIsACheckpointErrorNamingTheFileAndTheEngineIsUnchanged) {
   const std::string good = scratch("good"), later = scratch("later"), other_model = scratch("mlp"),
                     other_optimizer = scratch("sgd");
@@ -219,14 +204,14 @@ TEST(CheckpointCorruption, EveryDamageIsACheckpointErrorNamingTheFileAndTheEngin
         damages[i].apply(work);
       }
       comm.barrier();
-      const auto before = snapshot(*engine);
+      const auto before = engine_state_snapshot(*engine);
       std::string error = "(loaded without an error)";
       try {
         engine->load_checkpoint(work);
       } catch (const CheckpointError& e) {
         error = e.what();
       }
-      EXPECT_TRUE(same(before, snapshot(*engine))) << damages[i].what << ": the refused load changed the engine";
+      EXPECT_TRUE(same_engine_state(before, engine_state_snapshot(*engine))) << damages[i].what << ": the refused load changed the engine";
       EXPECT_NE(error.find(work), std::string::npos) << damages[i].what << ": the error names no file: " << error;
       if (comm.rank() == 0) {
         std::lock_guard<std::mutex> lock(mutex);
