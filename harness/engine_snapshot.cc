@@ -2,6 +2,8 @@
 
 #include "engine/optimizer_rebuild.h"
 
+#include <cstring>
+
 namespace zerocheck {
 
 std::vector<at::Tensor> engine_state_snapshot(zero3::Engine& engine) {
@@ -15,10 +17,15 @@ std::vector<at::Tensor> engine_state_snapshot(zero3::Engine& engine) {
   return out;
 }
 
+// Bits, not values: a load that succeeded earlier may have put a NaN in (a flipped byte in tensor
+// data or a learning rate), and NaN != NaN would call an untouched engine changed.
 bool same_engine_state(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].sizes() != b[i].sizes() || !at::equal(a[i], b[i])) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return false;
+    const at::Tensor x = a[i].contiguous(), y = b[i].contiguous();
+    if (x.nbytes() > 0 && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0) return false;
+  }
   return true;
 }
 

@@ -15,7 +15,7 @@ namespace zerocheck {
 // learning rates, in parameter order.
 std::vector<at::Tensor> engine_state_snapshot(zero3::Engine& engine);
 
-// True when both snapshots hold the same shapes and bits, tensor by tensor.
+// True when both snapshots hold the same shapes, dtypes and bits, tensor by tensor.
 bool same_engine_state(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 }  // namespace zerocheck
