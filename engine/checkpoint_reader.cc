@@ -47,6 +47,14 @@ void check_elements(const c10::IValue& value, int64_t n, const std::string& what
   if (t.scalar_type() != at::kFloat || t.dim() != 1 || t.numel() != n)
     throw CheckpointError(what + " is a " + std::string(c10::toString(t.scalar_type())) + " tensor of shape " +
                           c10::str(t.sizes()) + ", expected float32 [" + std::to_string(n) + "]");
+  // The unpickler takes a tensor's offset and stride from the bytes without checking them against
+  // its storage: a damaged one would read past it (values that differ from run to run).
+  const int64_t stride = n > 1 ? t.stride(0) : 1;
+  const int64_t needed = n == 0 ? 0 : (t.storage_offset() + n) * static_cast<int64_t>(sizeof(float));
+  if (stride != 1 || t.storage_offset() < 0 || needed > static_cast<int64_t>(t.storage().nbytes()))
+    throw CheckpointError(what + ": offset " + std::to_string(t.storage_offset()) + " and stride " +
+                          std::to_string(stride) + " reach past its storage of " +
+                          std::to_string(t.storage().nbytes()) + " bytes");
 }
 
 // Requires an optimizer state tuple whose tensors are 1-D float32 of `n` elements, and whose
