@@ -14,8 +14,10 @@
 #include <ATen/ATen.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +53,26 @@ void train_and_save(const std::string& dir, int64_t steps, const std::string& ki
   });
 }
 
+// Runs `body` in a forked child and returns its wait status. The parent itself never trains:
+// LibTorch 2.x refuses autograd in a child forked after the parent ran a backward ("Unable to
+// handle autograd's threading in combination with fork-based multiprocessing").
+int in_child(const std::function<void()>& body) {
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  return ::waitpid(child, &status, 0) == child ? status : -1;
+}
+
 // The full parameters a checkpoint holds (verifying it on the way).
 std::vector<at::Tensor> contents(const std::string& dir) {
   const LoadedCheckpoint c = read_checkpoint(dir);
@@ -70,8 +92,8 @@ TEST(CheckpointKill, AKillAtAnyPointOfSaveLeavesTheOldOrTheNewCheckpoint) {
   const fs::path root = fs::temp_directory_path() / ("zerocheck_kill_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::string old_dir = (root / "old").string(), new_dir = (root / "new").string(), dir = (root / "ckpt").string();
-  train_and_save(old_dir, 1, "", -1);
-  train_and_save(new_dir, 3, "", -1);
+  ASSERT_EQ(in_child([&] { train_and_save(old_dir, 1, "", -1); }), 0);
+  ASSERT_EQ(in_child([&] { train_and_save(new_dir, 3, "", -1); }), 0);
   const auto old_contents = contents(old_dir), new_contents = contents(new_dir);
   ASSERT_FALSE(same(old_contents, new_contents));
 
@@ -85,19 +107,7 @@ TEST(CheckpointKill, AKillAtAnyPointOfSaveLeavesTheOldOrTheNewCheckpoint) {
   for (const Kill& kill : kills) {
     fs::remove_all(dir);
     fs::copy(old_dir, dir);
-    std::fflush(nullptr);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      try {
-        train_and_save(dir, 3, kill.point, kill.rank);
-      } catch (...) {
-        ::_exit(3);
-      }
-      ::_exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    const int status = in_child([&] { train_and_save(dir, 3, kill.point, kill.rank); });
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
         << "rank " << kill.rank << " at '" << kill.point << "' was not killed (status " << status << ")";
     std::vector<at::Tensor> found;
