@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 namespace zero3 {
 namespace {
@@ -70,6 +72,18 @@ class TcpKeyValueStore final : public KeyValueStore {
   std::string where_;
 };
 
+// LibTorch 2.4+ asks for a libuv server by default, and Debian's build has no libuv ("use_libuv
+// was requested but PyTorch was build without libuv support"); 1.13 has no such field.
+template <typename Options, typename = void>
+struct HasUseLibUV : std::false_type {};
+template <typename Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>> : std::true_type {};
+
+template <typename Options>
+void use_plain_sockets(Options& options) {
+  if constexpr (HasUseLibUV<Options>::value) options.useLibUV = false;
+}
+
 }  // namespace
 
 std::shared_ptr<KeyValueStore> KeyValueStore::tcp(const std::string& host, int port, bool serve,
@@ -81,6 +95,7 @@ std::shared_ptr<KeyValueStore> KeyValueStore::tcp(const std::string& host, int p
   options.isServer = serve;
   options.waitWorkers = false;
   options.timeout = timeout;
+  use_plain_sockets(options);
   try {
     return std::make_shared<TcpKeyValueStore>(c10::make_intrusive<c10d::TCPStore>(host, options), where);
   } catch (const std::exception& e) {
