@@ -226,10 +226,12 @@ TEST(Cli, TrainSavesAndResumesOnAnotherWorldAndTheCheckpointCommandsReadIt) {
   EXPECT_NE(inspect.output.find("verification: ok"), std::string::npos) << inspect.output;
   const CliRun exported = run_cli("checkpoint export " + dir + " --out " + out);
   EXPECT_EQ(exported.exit_code, 0) << exported.output;
-  // Python's torch.load reads the export with the model's own names, where python3-torch exists.
+  // Python's torch.load reads the export with the model's own names, where python3-torch exists
+  // (weights_only=False: torch 2.6 loads only plain tensors by default, and LibTorch's pickler
+  // tags the dict's types; torch 1.13 accepts the argument too).
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0) {
     const CliRun python{std::system(("/usr/bin/python3 -c \"import torch; d = torch.load('" + out +
-                                     "'); assert list(d)[0] == '0.weight' and tuple(d['2.experts.3.linear.weight'].shape) "
+                                     "', weights_only=False); assert list(d)[0] == '0.weight' and tuple(d['2.experts.3.linear.weight'].shape) "
                                      "== (8, 8), list(d)\"").c_str()),
                         ""};
     EXPECT_EQ(python.exit_code, 0);
