@@ -3,6 +3,7 @@
 #include "engine/errors.h"
 #include "harness/check.h"
 #include "harness/interpreter/interpreter.h"
+#include "harness/interpreter/profile_options.h"
 #include "harness/scenario_bytes.h"
 
 #include <fmt/format.h>
@@ -17,14 +18,12 @@
 namespace zerocheck::fuzz {
 
 const ScenarioTarget& scenario_ops_target() {
-  static const ScenarioTarget target{"scenario_ops", DrawProfile::training, {}, false};
+  static const ScenarioTarget target{"scenario_ops", DrawProfile::training};
   return target;
 }
 
 const ScenarioTarget& attrs_target() {
-  // Nothing trains or checkpoints, so parity (I3), memory (I4), round trips (I6) and traffic (I8)
-  // have nothing to judge; switching them off skips the dense twin and the per-operation sweeps.
-  static const ScenarioTarget target{"attrs", DrawProfile::attributes, {"I3", "I4", "I6", "I8"}, true};
+  static const ScenarioTarget target{"attrs", DrawProfile::attributes};
   return target;
 }
 
@@ -36,10 +35,7 @@ OpsRun run_scenario_bytes(const ScenarioTarget& target, const uint8_t* data, siz
                                         to_string(target.profile), to_string(decode.profile)));
   OpsRun run;
   run.scenario = parse_scenario(to_json(scenario_from_bytes(data, size, decode)).dump());
-  RunOptions options(fault);  // comm: LocalComm ranks, the default
-  options.disabled_oracles = target.oracles_off;
-  options.ranks_as_fibers = target.ranks_as_fibers;
-  run.verdict = run_scenario(run.scenario, options);
+  run.verdict = run_scenario(run.scenario, profile_run_options(target.profile, fault));
   return run;
 }
 
@@ -122,7 +118,7 @@ void start_fuzzing(const ScenarioTarget& target) {
   const ProfileBounds widest = bounds_of(target.profile);
   const std::string world = g_limits.world > 0 ? std::to_string(g_limits.world) : fmt::format("1..{}", widest.max_world);
   std::string off;
-  for (const auto& name : target.oracles_off) off += (off.empty() ? "" : ",") + name;
+  for (const auto& name : profile_run_options(target.profile).disabled_oracles) off += (off.empty() ? "" : ",") + name;
   std::fprintf(stderr, "zerocheck-fuzz: %s against engine %s (world %s, at most %zu nodes and %zu operations%s)\n",
                target.name, std::string(zero3::fault_name(g_engine)).c_str(), world.c_str(), g_limits.max_nodes,
                g_limits.max_ops, off.empty() ? "" : (", oracles " + off + " off").c_str());

@@ -27,10 +27,8 @@
 namespace zerocheck::fuzz {
 
 struct ScenarioTarget {
-  const char* name;               // "scenario_ops": the binary is fuzz_<name>
-  DrawProfile profile;            // the language its bytes decode into
-  std::set<std::string> oracles_off;  // RunOptions::disabled_oracles
-  bool ranks_as_fibers;           // RunOptions::ranks_as_fibers (nothing back-propagates)
+  const char* name;      // "scenario_ops": the binary is fuzz_<name>
+  DrawProfile profile;   // the language its bytes decode into; how it runs: profile_run_options
 };
 const ScenarioTarget& scenario_ops_target();
 const ScenarioTarget& attrs_target();

@@ -2,6 +2,7 @@
 
 #include "engine/errors.h"
 #include "harness/interpreter/interpreter.h"
+#include "harness/interpreter/profile_options.h"
 
 #include <ATen/record_function.h>
 
@@ -48,8 +49,8 @@ struct Pass {
   int64_t aten_calls = 0, violations = 0;
 };
 
-void run_one(const Scenario& s, bool checks, Pass& pass) {
-  RunOptions options;
+void run_one(const Scenario& s, DrawProfile profile, bool checks, Pass& pass) {
+  RunOptions options = profile_run_options(profile);
   options.checks_after_every_op = checks;
   const int64_t calls_before = g_aten_calls.load();
   const auto start = std::chrono::steady_clock::now();
@@ -75,12 +76,12 @@ BenchReport run_bench(const BenchOptions& options) {
   report.scenarios = options.inputs;
   AtenCallCounter counter;
   Pass warm_up, checked, unchecked;
-  run_one(scenarios.front(), true, warm_up);  // first-call costs inside LibTorch
+  run_one(scenarios.front(), options.limits.profile, true, warm_up);  // first-call costs inside LibTorch
   // Interleaved, alternating which goes first, so drift in machine load hits both sides alike.
   for (size_t i = 0; i < scenarios.size(); ++i) {
     const bool checks_first = i % 2 == 0;
-    run_one(scenarios[i], checks_first, checks_first ? checked : unchecked);
-    run_one(scenarios[i], !checks_first, checks_first ? unchecked : checked);
+    run_one(scenarios[i], options.limits.profile, checks_first, checks_first ? checked : unchecked);
+    run_one(scenarios[i], options.limits.profile, !checks_first, checks_first ? unchecked : checked);
   }
   report.seconds_checked = checked.seconds;
   report.seconds_unchecked = unchecked.seconds;
@@ -103,7 +104,9 @@ nlohmann::json BenchReport::to_json(const BenchOptions& options) const {
   nlohmann::json top = nlohmann::json::array();
   for (const auto& [name, calls] : top_aten_calls)
     top.push_back({{"op", name}, {"calls_per_scenario", static_cast<double>(calls) / (2 * n + 1)}});
-  nlohmann::json limits = {{"world", options.limits.world == 0 ? nlohmann::json("1..4") : nlohmann::json(options.limits.world)},
+  const std::string drawn_world = "1.." + std::to_string(bounds_of(options.limits.profile).max_world);
+  nlohmann::json limits = {{"profile", to_string(options.limits.profile)},
+                           {"world", options.limits.world == 0 ? nlohmann::json(drawn_world) : nlohmann::json(options.limits.world)},
                            {"max_nodes", options.limits.max_nodes},
                            {"max_ops", options.limits.max_ops}};
   return {

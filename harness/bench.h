@@ -1,8 +1,9 @@
 // `zerocheck bench`: what one fuzzer execution costs, measured as ratios in one run.
 //
 // Decodes `inputs` pseudo-random byte strings with the fuzz decoder (harness/scenario_bytes.h)
-// under the given limits and runs every scenario through the one interpreter twice: with the
-// invariant sweeps after every operation and without them. Counts ATen operator calls with a
+// under the given limits (their profile says how a scenario runs, as the fuzz target of that
+// profile runs it: harness/interpreter/profile_options.h) and runs every scenario through the one
+// interpreter twice: with the invariant sweeps after every operation and without them. Counts ATen operator calls with a
 // RecordFunction observer, so "scenarios per second" splits into calls per scenario times the
 // cost of a call. Nothing here is a pass/fail threshold; the numbers are for notes and trends.
 #pragma once

@@ -3,18 +3,36 @@
 #include "harness/cli/command.h"
 
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
 
 namespace zerocheck::cli {
 
 void register_bench_command(CLI::App& command, int& exit_code) {
   auto options = std::make_shared<BenchOptions>();
+  struct Narrowing {
+    std::string profile = "training";
+    std::optional<int> world;
+    std::optional<size_t> max_nodes, max_ops;
+  };
+  auto narrowing = std::make_shared<Narrowing>();
   command.add_option("--inputs", options->inputs, "random inputs to decode and run")->check(CLI::Range(1, 1000000));
   command.add_option("--seed", options->seed, "seed of the random inputs");
+  command.add_option("--profile", narrowing->profile,
+                     "what the inputs decode into and how they run: training (fuzz_scenario_ops) or attributes "
+                     "(fuzz_attrs)")
+      ->check(CLI::IsMember({"training", "attributes"}));
   // Ranges are checked by DecodeLimits::validate (a UsageError, exit 2), the one place they live.
-  command.add_option("--world", options->limits.world, "fixed world size (0: decoded from the input)");
-  command.add_option("--max-nodes", options->limits.max_nodes, "tree nodes at most");
-  command.add_option("--max-ops", options->limits.max_ops, "operations at most");
-  command.callback([options, &exit_code] {
+  command.add_option("--world", narrowing->world, "fixed world size (0: decoded from the input)");
+  command.add_option("--max-nodes", narrowing->max_nodes, "tree nodes at most (default: the profile's widest)");
+  command.add_option("--max-ops", narrowing->max_ops, "operations at most");
+  command.callback([options, narrowing, &exit_code] {
+    // The profile's widest limits first, then what the user narrowed, in any order on the line.
+    options->limits = DecodeLimits(narrowing->profile == "attributes" ? DrawProfile::attributes : DrawProfile::training);
+    if (narrowing->world) options->limits.world = *narrowing->world;
+    if (narrowing->max_nodes) options->limits.max_nodes = *narrowing->max_nodes;
+    if (narrowing->max_ops) options->limits.max_ops = *narrowing->max_ops;
     const BenchReport report = run_bench(*options);
     std::cout << report.to_json(*options).dump() << std::endl;
     // The reference engine must hold on every input; a violation here is a finding.

@@ -61,6 +61,20 @@ TEST(Cli, BenchReportsCostsAsJsonOnTheReferenceEngine) {
   EXPECT_EQ(run_cli("bench --max-nodes 0").exit_code, 2);
 }
 
+TEST(Cli, BenchMeasuresTheAttributesProfileAsFuzzAttrsRunsIt) {
+  // --world before --profile: the profile's limits apply first, whatever the order on the line.
+  const CliRun run = run_cli("bench --inputs 6 --world 8 --profile attributes --max-nodes 40 --max-ops 12");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  EXPECT_EQ(json["limits"]["profile"], "attributes");
+  EXPECT_EQ(json["limits"]["world"], 8);  // beyond the training profile's 4
+  EXPECT_EQ(json["limits"]["max_nodes"], 40);
+  EXPECT_EQ(json["violations"], 0);
+  EXPECT_EQ(nlohmann::json::parse(run_cli("bench --inputs 2 --profile attributes").output)["limits"]["world"], "1..8");
+  EXPECT_EQ(run_cli("bench --profile attributes --world 9").exit_code, 2);
+  EXPECT_EQ(run_cli("bench --profile dense").exit_code, 2);
+}
+
 TEST(Cli, APlantedFaultExitsOne) {
   const CliRun run = run_cli("train --world 2 --steps 2 --engine wrong-gradient-divisor");
   EXPECT_EQ(run.exit_code, 1) << run.output;
