@@ -2,6 +2,7 @@
 
 #include "engine/crc32c.h"
 #include "engine/errors.h"
+#include "engine/zip_archive_check.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -84,6 +85,7 @@ void read_rank_file(const std::string& file, int rank, const CheckpointManifest&
   c10::IValue saved;
   try {
     const std::vector<char> bytes = read_bytes(file);
+    check_zip_archive(bytes, file);  // LibTorch's reader leaks when its constructor throws
     saved = torch::pickle_load(bytes);
   } catch (const CheckpointError&) {
     throw;

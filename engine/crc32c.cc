@@ -11,24 +11,35 @@
 namespace zero3 {
 namespace {
 
-std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> table{};
+using Table = std::array<uint32_t, 256>;
+
+Table make_table(uint32_t reflected_polynomial) {
+  Table table{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ reflected_polynomial : c >> 1;
     table[i] = c;
   }
   return table;
 }
 
-}  // namespace
-
-uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = make_table();
+uint32_t reflected_crc(const Table& table, const void* data, size_t size, uint32_t crc) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   crc = ~crc;
   for (size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFFu] ^ (crc >> 8);
   return ~crc;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
+  static const Table table = make_table(0x82F63B78u);
+  return reflected_crc(table, data, size, crc);
+}
+
+uint32_t crc32_zip(const void* data, size_t size, uint32_t crc) {
+  static const Table table = make_table(0xEDB88320u);
+  return reflected_crc(table, data, size, crc);
 }
 
 uint32_t crc32c_of_file(const std::string& path, uint64_t* size) {

@@ -18,4 +18,9 @@ uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 // Throws CheckpointError naming the file when it cannot be read.
 uint32_t crc32c_of_file(const std::string& path, uint64_t* size);
 
+// Returns the CRC-32 of zip archives (IEEE 802.3, bit-reflected polynomial 0xEDB88320, same
+// initial value and final xor; crc32_zip("123456789") == 0xCBF43926), which the rank files'
+// zip entries carry and LibTorch's reader checks.
+uint32_t crc32_zip(const void* data, size_t size, uint32_t crc = 0);
+
 }  // namespace zero3
