@@ -4,6 +4,7 @@
 #include "engine/errors.h"
 #include "engine/zip_archive_check.h"
 
+#include <caffe2/serialize/versions.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
@@ -67,7 +68,8 @@ TEST(ZipArchiveCheck, WhatLibTorchWritesPasses) {
       torch::pickle_save(c10::ivalue::Tuple::create({c10::IValue(torch::arange(300, torch::kFloat)), c10::IValue(7)}));
   EXPECT_EQ(refusal(saved), "");
   EXPECT_EQ(refusal(zip_of({{"archive/data.pkl", "x"}, {"archive/version", "3\n"}})), "");
-  EXPECT_EQ(refusal(zip_of({{"a/version", "10"}})), "");  // the newest version this LibTorch reads
+  const std::string newest = std::to_string(caffe2::serialize::kMaxSupportedFileFormatVersion);
+  EXPECT_EQ(refusal(zip_of({{"a/version", newest}})), "");  // the newest version this LibTorch reads
 }
 
 TEST(ZipArchiveCheck, EveryArchiveLibTorchsConstructorWouldRefuseIsRefusedFirst) {
