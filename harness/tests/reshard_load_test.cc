@@ -4,7 +4,9 @@
 //
 // ReshardOnLoad.*: the scenario of harness/tests/oracle_scenarios/reshard-on-load.json saved by N
 // ranks and loaded by M, for pairs that shrink, grow, keep and cross the experts' owners, under
-// the engine ZEROCHECK_FAULT names.
+// the engine ZEROCHECK_FAULT names: fault_kill_tests runs it with reshard-offset-off-by-one and
+// expects I6. ReshardFault.*: that fault directly, so this binary shows it bites only when the
+// world size changes.
 #include <gtest/gtest.h>
 
 #include "harness/fault_under_test.h"
@@ -60,6 +62,20 @@ TEST(ReshardOnLoad, AWorldThatCannotPlaceTheExpertsIsNotMade) {
   const Verdict v = run_scenario(s, RunOptions{fault_under_test()});
   ASSERT_TRUE(v.ok()) << v.violation->to_text();
   EXPECT_NE(v.history[kLoadIndex].find("a world of 1 cannot place"), std::string::npos) << v.history[kLoadIndex];
+}
+
+TEST(ReshardFault, CaughtAsI6OnlyWhenTheWorldSizeChanges) {
+  const RunOptions faulty{zero3::Fault::reshard_offset_off_by_one};
+  for (const auto& [from, to] : kPairs) {
+    const Verdict v = run_scenario(reshard_scenario(from, to), faulty);
+    if (from == to) {
+      EXPECT_TRUE(v.ok()) << from << " -> " << to << ": " << v.violation->to_text();
+      continue;
+    }
+    ASSERT_FALSE(v.ok()) << "the fault survived " << from << " -> " << to;
+    EXPECT_EQ(v.violation->invariant, "I6") << v.violation->to_text();
+    EXPECT_EQ(v.violation->op_index, kLoadIndex) << v.violation->to_text();
+  }
 }
 
 }  // namespace
