@@ -28,7 +28,7 @@ Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor
 
 Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
                  const std::string& target) {
-  const std::string loaded_by = fmt::format("loaded by {} ranks", to);
+  const std::string loaded_by = fmt::format("loaded into a world of {}", to);
   const std::string saved_by = fmt::format("this world of {}", from);
   if (here.size() != there.size())
     return violation("I6", target, "", fmt::format("{} parameters", here.size()),
