@@ -41,7 +41,8 @@ namespace zero3 {
   X(extra_collective_per_step, "extra-collective-per-step", "I8", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.ExtraCollectivePerStep", "I8 violated", "every backward all-reduces one extra element (a stray global check)") \
   X(placed_copies_kept, "placed-copies-kept", "I2", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.PlacedCopiesKept", "I2 violated", "ranks other than a placed module's owner keep their full copy of its parameters (unused, never freed)") \
   X(repeat_refused_with_wrong_error, "repeat-refused-with-wrong-error", "I5", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RepeatRefusedWithWrongError", "I5 violated", "a repeated initialize is refused with OptimizerMismatch (upstream: a KeyError) instead of AlreadyInitialized") \
-  X(refuse_gradient_accumulation, "refuse-gradient-accumulation", "I7", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RefuseGradientAccumulation", "I7 violated", "initialize raises ConfigError for a valid config with gradient_accumulation_steps > 1")
+  X(refuse_gradient_accumulation, "refuse-gradient-accumulation", "I7", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RefuseGradientAccumulation", "I7 violated", "initialize raises ConfigError for a valid config with gradient_accumulation_steps > 1") \
+  X(reshard_offset_off_by_one, "reshard-offset-off-by-one", "I6", "harness_oracle_tests:ReshardOnLoad.*", "I6 violated", "loading a checkpoint saved by another world size cuts each rank's shard (and its optimizer state) one element late: a load into the saving world is exact")
 
 enum class Fault {
   none,

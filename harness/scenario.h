@@ -82,6 +82,9 @@ struct Op {
   std::string param;
   std::string name;
   zero3::AttrValue value;
+  // load: the size of a second world that must load the checkpoint too (resharding it from this
+  // world's size); 0, the JSON key absent, for none.
+  int world_size = 0;
 };
 
 struct Scenario {

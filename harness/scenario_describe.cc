@@ -43,6 +43,7 @@ std::string describe(const Scenario& s) {
     if (op.kind == OpKind::set_attr || op.kind == OpKind::del_attr)
       out << fmt::format(" '{}'{}{} .{}", op.module, op.param.empty() ? "" : " param ", op.param, op.name);
     if (op.kind == OpKind::set_attr) out << " = " << op.value.repr();
+    if (op.world_size != 0) out << fmt::format(" (and into a world of {})", op.world_size);
     out << "\n";
   }
   return out.str();

@@ -120,6 +120,8 @@ Op read_op(const JsonAt& at) {
   if (at.has("param")) op.param = at["param"].string();
   if (at.has("name")) op.name = attribute_name(at["name"]);
   if (at.has("value")) op.value = attr_value(at["value"]);
+  if (at.has("world_size"))
+    op.world_size = static_cast<int>(at["world_size"].integer(schema::limits::world_size.lo, schema::limits::world_size.hi));
   return op;
 }
 

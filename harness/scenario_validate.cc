@@ -191,6 +191,7 @@ void validate_op(const Op& op, size_t index) {
   field(schema::key::param, "param", op.param.empty());
   field(schema::key::name, "name", op.name.empty());
   field(schema::key::value, "value", op.value.is_none());
+  field(schema::key::world_size, "world_size", op.world_size == 0);
   if (allowed & schema::key::optimizer)
     rules::one_of(zero3::key_path(path, "optimizer"), op.optimizer, schema::initialize_optimizers());
   const std::string route = zero3::key_path(path, "route");
@@ -199,6 +200,8 @@ void validate_op(const Op& op, size_t index) {
     rules::within(zero3::index_path(route, i), op.route[i], schema::limits::route_choice);
   if (row.required & schema::key::name) rules::attribute_name(zero3::key_path(path, "name"), op.name);
   if (allowed & schema::key::value) rules::attr_value(zero3::key_path(path, "value"), op.value);
+  // 0 is "no second world" (the key absent); any other value is a world size.
+  if (op.world_size != 0) rules::within(zero3::key_path(path, "world_size"), op.world_size, schema::limits::world_size);
 }
 
 }  // namespace

@@ -47,6 +47,8 @@ json op_to_json(const Op& op) {
   if (keys & schema::key::param) o["param"] = op.param;
   if (keys & schema::key::name) o["name"] = op.name;
   if (keys & schema::key::value) o["value"] = attr_value_to_json(op.value);
+  // Absent means none (0 is outside the key's range), so only a set one is written.
+  if ((keys & schema::key::world_size) && op.world_size != 0) o["world_size"] = op.world_size;
   return o;
 }
 

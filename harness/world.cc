@@ -185,7 +185,8 @@ void run_world(const WorldOptions& options, const std::function<void(zero3::Comm
   if (options.world_size < 1)
     throw zero3::UsageError("world size must be >= 1, got " + std::to_string(options.world_size));
   // A `zerocheck worker` is one rank of a world of processes: it runs only its own.
-  if (ProcessRank* process = current_process_rank()) return process->run_world(options, body);
+  if (ProcessRank* process = current_process_rank(); process && !options.in_this_process)
+    return process->run_world(options, body);
   if (options.ranks_as_fibers) return run_fiber_world(options, body);
 
   zero3::CommOptions comm_options;

@@ -33,6 +33,9 @@ struct WorldOptions {
   // Every rank a fiber of the calling thread (harness/fiber_world.h): LocalComm only, and no
   // backward may run.
   bool ranks_as_fibers = false;
+  // Threads of this process even inside a `zerocheck worker`: a side world one rank starts for
+  // itself (the interpreter's `load` with a world_size), not the world of processes.
+  bool in_this_process = false;
 };
 
 // The first failure of a world: which rank, and what it threw.
@@ -47,7 +50,8 @@ class RankFailure : public zero3::Error {
 };
 
 // Runs `body(comm)` on every rank and waits for all. In a `zerocheck worker` (a current
-// ProcessRank, harness/process/process_rank.h) it runs this process's rank only, over Gloo. Throws RankFailure carrying the first
+// ProcessRank, harness/process/process_rank.h) it runs this process's rank only, over Gloo,
+// unless `in_this_process`. Throws RankFailure carrying the first
 // rank's error when any rank throws, and zero3::UsageError for a world size below 1.
 void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
 

@@ -55,15 +55,17 @@ Classes classify(const Scenario& s) {
     out[fmt::format("node share {}", kind.name)] = count / static_cast<double>(s.tree.size());
   }
   int initializes = 0;
-  bool saved = false, save_then_load = false;
+  bool saved = false, save_then_load = false, load_elsewhere = false;
   for (const Op& op : s.ops) {
     initializes += op.kind == OpKind::initialize;
     saved |= op.kind == OpKind::save;
     save_then_load |= saved && op.kind == OpKind::load;
+    load_elsewhere |= op.kind == OpKind::load && op.world_size != 0;
   }
   out["initialize first"] = !s.ops.empty() && s.ops[0].kind == OpKind::initialize;
   out["repeated initialize"] = initializes >= 2;
   out["save then load"] = save_then_load;
+  out["load into a second world"] = load_elsewhere;
   for (size_t row = 0; row < schema::op_rows().size(); ++row) {
     double count = 0;
     for (const Op& op : s.ops) count += op.kind == static_cast<OpKind>(row);

@@ -48,7 +48,7 @@ static_assert(kMaxDrawnWorld <= limits::world_size.hi && kMaxAttributesWorld <= 
               kMaxDrawnNodes <= limits::nodes.hi && kMaxDrawnOps <= limits::ops.hi &&
               within(kTensorNumel, limits::tensor_numel) && within(kListItems, limits::value_list_items) &&
               within(kRouteLength, limits::route_length) && within(kRouteChoice, limits::route_choice) &&
-              kModuleAttrs <= limits::attr_entries.hi);
+              kModuleAttrs <= limits::attr_entries.hi && kMaxDrawnWorld <= limits::world_size.hi);
 
 // A weighted table; its first row is the smallest choice.
 template <class T>
@@ -90,6 +90,9 @@ const std::vector<Row<ValueKind>> kValues = {{6, ValueKind::integer}, {2, ValueK
 const std::vector<Row<bool>> kInitializeFirst = {{4, true}, {1, false}};
 enum class Unit { single, training_step, checkpoint_round_trip };
 const std::vector<Row<Unit>> kUnits = {{5, Unit::single}, {2, Unit::training_step}, {1, Unit::checkpoint_round_trip}};
+// A checkpoint round trip's load sometimes also resumes the checkpoint in a world of another size
+// (0: none, the smallest choice); up to the widest drawn world, one of them odd.
+const std::vector<Row<int>> kLoadElsewhere = {{4, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}};
 enum class Target { root, the_module };
 const std::vector<Row<Target>> kInitializeTargets = {{3, Target::root}, {1, Target::the_module}};
 
@@ -169,7 +172,12 @@ class Draw {
           unit = {forward, Op(OpKind::backward), Op(OpKind::step)};
           break;
         }
-        case Unit::checkpoint_round_trip: unit = {Op(OpKind::save), Op(OpKind::load)}; break;
+        case Unit::checkpoint_round_trip: {
+          Op load(OpKind::load);
+          load.world_size = pick(c_, kLoadElsewhere);
+          unit = {Op(OpKind::save), load};
+          break;
+        }
       }
       for (Op& o : unit)
         if (s.ops.size() < limits_.max_ops) s.ops.push_back(std::move(o));

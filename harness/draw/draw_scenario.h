@@ -14,7 +14,8 @@
 //   under `attr_mod id` placement Experts that mostly carry the user's `id`;
 // - a placement map's owners for some experts;
 // - operations: an initialize first more often than not, then units while Chooser::another()
-//   says so: one operation, a training step (forward, backward, step) or a save with its load.
+//   says so: one operation, a training step (forward, backward, step) or a save with its load
+//   (which sometimes also loads into a world of 1..kMaxDrawnWorld ranks).
 //
 // Invariants: every drawn scenario passes validate() and stays inside schema::limits. DrawLimits
 // only cut: a fixed world still draws the world (then replaces it) and every later choice's range

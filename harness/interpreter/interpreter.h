@@ -90,6 +90,10 @@ Verdict judge(const RankReports& reports, const RunOptions& options);
 // oracles' observation).
 std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine);
 
+// Returns what the engine's world holds, parameter by parameter (params() order), joined whole
+// from the ranks: values and optimizer state. Collective: every rank of the engine's comm calls it.
+std::vector<oracles::WholeParam> gather_whole_state(zero3::Engine& engine);
+
 // Returns the bytes this rank holds for model state, measured from the storage behind the
 // engine's tensors (model tensors, fp32 copies, gradients; each storage once) plus optimizer state.
 int64_t measured_state_bytes(const zero3::Engine& engine);

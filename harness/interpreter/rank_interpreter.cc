@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 
@@ -284,7 +285,7 @@ class ScenarioRunner {
       case OpKind::release: outcome = release(false); break;
       case OpKind::destroy: outcome = release(true); break;
       case OpKind::save: outcome = save(); break;
-      case OpKind::load: outcome = load(); break;
+      case OpKind::load: outcome = load(op); break;
     }
     outcome.kind = op.kind;
     if (options_.checks_after_every_op) {
@@ -532,7 +533,7 @@ class ScenarioRunner {
     return parts.empty() ? at::zeros({0}) : at::cat(parts);
   }
 
-  OpOutcome load() {
+  OpOutcome load(const Op& op) {
     if (!engine_) return skipped("no live engine");
     if (!saved_target_ || *saved_target_ != engine_target_) return skipped("no checkpoint of this engine's model");
     pending_ = at::Tensor();  // as with step: the graph would be stale
@@ -540,7 +541,56 @@ class ScenarioRunner {
     require(oracles::round_trip(saved_masters_, saved_optimizer_state_, observe(), optimizer_state_fingerprint(),
                                 engine_target_));
     if (twin_) twin_->call(TwinCall(TwinCall::Kind::load));
-    return applied("ok");
+    if (op.world_size == 0) return applied("ok");
+    // This world now holds exactly what it saved (I6 above), so what it holds whole is what any
+    // world must hold after loading the same checkpoint.
+    const auto here = gather_whole_state(*engine_);
+    if (comm_.rank() != 0) return applied(fmt::format("ok; rank 0 loads it into a world of {} too", op.world_size));
+    return load_in_side_world(op.world_size, here);
+  }
+
+  // Rank 0 loads the checkpoint into a second world of `m` ranks, threads of this process: the
+  // model built afresh from the scenario (other initial values are overwritten by the load), the
+  // same target initialized with a new optimizer of the scenario's kind, as a user resuming on
+  // another cluster would. What that world holds whole must equal `here` (I6).
+  OpOutcome load_in_side_world(int m, const std::vector<oracles::WholeParam>& here) {
+    const std::shared_ptr<Module> fresh = modules_by_path(build_tree(s_)).at(engine_target_);
+    const int64_t threshold = s_.config.zero_optimization.stage3_param_persistence_threshold;
+    if (std::holds_alternative<model::PlacementRefusal>(model::expect(fresh, s_.placement, threshold, m)))
+      return applied(fmt::format("ok; a world of {} cannot place the experts as the policy says, so it was not made", m));
+    zero3::Config config = s_.config;
+    config.placement = s_.placement;
+    // The batch per step is the new world's: micro batch * accumulation * its ranks.
+    if (config.train_batch_size != 0)
+      config.train_batch_size = config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * m;
+    std::vector<oracles::WholeParam> there;
+    std::string failure;
+    // Its own thread: a fiber's stack is small, and the world's rank 0 runs on the calling thread.
+    std::thread host([&] {
+      try {
+        WorldOptions world;
+        world.world_size = m;
+        world.timeout = options_.timeout;
+        world.in_this_process = true;
+        run_world(world, [&](zero3::Comm& comm) {
+          const std::shared_ptr<Module> model = modules_by_path(build_tree(s_)).at(engine_target_);
+          auto optimizer = model::make_optimizer(s_, trainable(*model));
+          auto engine = zero3::initialize(model, *optimizer, config, comm, zero3::EngineOptions(options_.fault));
+          engine->load_checkpoint(dir_);
+          auto whole = gather_whole_state(*engine);
+          if (comm.rank() == 0) there = std::move(whole);
+        });
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    host.join();
+    if (!failure.empty())
+      require(oracles::violation("I6", engine_target_, "", fmt::format("a world of {} loads the checkpoint", m),
+                                 failure, fmt::format("the checkpoint of {} ranks does not load into {}",
+                                                      comm_.world_size(), m)));
+    require(oracles::resharded(here, there, comm_.world_size(), m, engine_target_));
+    return applied(fmt::format("ok; a world of {} loaded it too and holds the same", m));
   }
 
   const Scenario& s_;

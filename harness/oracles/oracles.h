@@ -29,8 +29,9 @@ namespace zerocheck::oracles {
   X(I4, "outside forward/backward a partitioned parameter holds exactly its shard (storage of "    \
         "ceil(n/N) elements) and no full data or gradient; a persistent one is whole")             \
   X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing")            \
-  X(I6, "save then load restores shards and optimizer state bit-exactly; the consolidated state "  \
-        "dict equals the gathered parameters")                                                     \
+  X(I6, "save then load restores shards and optimizer state bit-exactly, and a world of another "  \
+        "size that loads the checkpoint holds the same parameters and optimizer state; the "       \
+        "consolidated state dict equals the gathered parameters")                                  \
   X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
   X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
         "collective kind; step and zero_grad move nothing")
@@ -57,6 +58,17 @@ struct ObservedParam {
   int64_t full_grad_bytes = 0;    // storage behind the model tensor's .grad
   int64_t optimizer_elements = 0; // optimizer state for this parameter
   at::Tensor master;
+};
+
+// What a world holds for one parameter, gathered whole from its shards (or from the rank it is
+// placed on): two worlds of different sizes that loaded one checkpoint must hold the same.
+struct WholeParam {
+  std::string path;
+  at::Tensor value;               // every element, flattened, CPU
+  bool has_state = false;         // the optimizer holds state for it
+  std::vector<at::Tensor> state;  // the state's fields in the kind's order, each whole; a number
+                                  // (Adam's step) as one element, an absent field undefined
+  std::string problem;            // why it could not be gathered whole ("" when it could)
 };
 
 using Result = std::optional<Violation>;
@@ -98,6 +110,10 @@ Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
 Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor& saved_optimizer_state,
                   const std::vector<ObservedParam>& observed_after, const at::Tensor& optimizer_state_after,
                   const std::string& target);
+// I6: a world of `to` ranks that loaded the checkpoint saved by this world of `from` ranks holds
+// what this world holds after loading it: every parameter and optimizer state field, bit for bit.
+Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
+                 const std::string& target);
 // I6: the consolidated state dict (rank 0) equals the gathered parameters, for every parameter
 // that is not placed on another rank.
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,

@@ -26,6 +26,45 @@ Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor
   return std::nullopt;
 }
 
+Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
+                 const std::string& target) {
+  const std::string loaded_by = fmt::format("loaded into a world of {}", to);
+  const std::string saved_by = fmt::format("this world of {}", from);
+  if (here.size() != there.size())
+    return violation("I6", target, "", fmt::format("{} parameters", here.size()),
+                     fmt::format("{} parameters", there.size()),
+                     fmt::format("the checkpoint {} has other parameters than {}", loaded_by, saved_by));
+  for (size_t i = 0; i < here.size(); ++i) {
+    const WholeParam& a = here[i];
+    const WholeParam& b = there[i];
+    for (const WholeParam* p : {&a, &b})
+      if (!p->problem.empty())
+        return violation("I6", target, p->path, "a parameter gathered whole", p->problem,
+                         fmt::format("cannot gather the state of the world {} ranks", p == &a ? from : to));
+    if (a.path != b.path)
+      return violation("I6", target, a.path, a.path, b.path,
+                       fmt::format("parameter {} {} is another one", i, loaded_by));
+    if (a.value.sizes() != b.value.sizes() || !at::equal(a.value, b.value))
+      return violation("I6", target, a.path, "the parameter " + saved_by + " loaded", difference(a.value, b.value),
+                       fmt::format("the checkpoint {} differs from the one {} loaded", loaded_by, saved_by));
+    if (a.has_state != b.has_state || a.state.size() != b.state.size())
+      return violation("I6", target, a.path,
+                       fmt::format("{} optimizer state fields", a.has_state ? a.state.size() : 0),
+                       fmt::format("{} optimizer state fields", b.has_state ? b.state.size() : 0),
+                       fmt::format("the optimizer state {} differs from the one {} loaded", loaded_by, saved_by));
+    for (size_t f = 0; f < a.state.size(); ++f) {
+      const at::Tensor& x = a.state[f];
+      const at::Tensor& y = b.state[f];
+      if (x.defined() != y.defined() ||
+          (x.defined() && (x.sizes() != y.sizes() || x.scalar_type() != y.scalar_type() || !at::equal(x, y))))
+        return violation("I6", target, a.path, fmt::format("optimizer state field {}", f),
+                         x.defined() && y.defined() ? difference(x, y) : (y.defined() ? "present" : "<none>"),
+                         fmt::format("the optimizer state {} differs from the one {} loaded", loaded_by, saved_by));
+    }
+  }
+  return std::nullopt;
+}
+
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,
                     const std::vector<std::pair<std::string, at::Tensor>>& gathered, const std::string& target) {
   for (const auto& [path, p] : gathered) {

@@ -71,7 +71,7 @@ inline constexpr double kLearningRateBelow = 10;
 const std::vector<Limit>& all_limits();
 
 // X(key): the keys an operation may carry, each a field of Op.
-#define ZEROCHECK_OP_KEYS(X) X(optimizer) X(target) X(route) X(module) X(param) X(name) X(value)
+#define ZEROCHECK_OP_KEYS(X) X(optimizer) X(target) X(route) X(module) X(param) X(name) X(value) X(world_size)
 
 enum OpKeyBit : unsigned {
 #define ZEROCHECK_OP_KEY_BIT(key) key##_bit,
@@ -99,7 +99,8 @@ ZEROCHECK_OP_KEYS(ZEROCHECK_OP_KEY_MASK)
   X(del_attr, key::name, key::module | key::param, 1, 2, "the user deletes an attribute")              \
   X(release, 0u, 0u, 1, 1, "the engine lets go of the model")                                          \
   X(save, 0u, 0u, 1, 0, "sharded checkpoint of the live engine")                                       \
-  X(load, 0u, 0u, 1, 0, "restore the last save of the same target")                                    \
+  X(load, 0u, key::world_size, 1, 0,                                                                   \
+    "restore the last save of the same target; with world_size M, a world of M ranks loads it too")    \
   X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")
 
 struct OpRow {

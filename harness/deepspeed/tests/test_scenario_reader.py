@@ -131,6 +131,17 @@ class BadScenarios(unittest.TestCase):
             {"op": "set_attr", "name": "id", "value": 1}, {"op": "del_attr", "name": "id"}])))
         self.assertEqual([(op.module, op.param) for op in scenario.ops], [("", ""), ("", "")])
 
+    def test_load_may_name_a_world_to_reshard_into(self):
+        scenario = parse_scenario(json.dumps(minimal(ops=[
+            {"op": "save"}, {"op": "load"}, {"op": "load", "world_size": 8}])))
+        self.assertEqual([op.world_size for op in scenario.ops], [0, 0, 8])
+        self.assert_refused(minimal(ops=[{"op": "load", "world_size": 9}]),
+                            "$.ops[0].world_size: value 9 is out of range [1, 8]")
+        self.assert_refused(minimal(ops=[{"op": "load", "world_size": 0}]),
+                            "$.ops[0].world_size: value 0 is out of range [1, 8]")
+        self.assert_refused(minimal(ops=[{"op": "save", "world_size": 2}]),
+                            "$.ops[0].world_size: unknown key (expected one of: op)")
+
     def test_attribute_name_rule(self):
         self.assert_refused(linear_with_attr("a\0b", 1), "$.tree[0].attrs[0].name: name contains a NUL byte")
         self.assert_refused(linear_with_attr("x" * 1025, 1),

@@ -107,6 +107,14 @@ class FormatDocListsTheSchema(unittest.TestCase):
         for kind in schema.PLACEMENT_KINDS:
             self.assertIn(f'"kind": "{kind}"', self.doc)
 
+    def test_every_operation_row_names_its_keys(self):
+        rows = self.table_rows()
+        for name, keys in schema.OPS.items():
+            with self.subTest(name):
+                row = next(r for r in rows if f"`{name}`" in r.split("|")[1])
+                for key in keys.required + keys.optional:
+                    self.assertIn(f"`{key}`", row.split("|")[2], f"{name}'s row lacks its key {key}")
+
     def test_every_limit_row_shows_the_schema_bounds(self):
         for name, (lo, hi) in schema.LIMITS.items():
             if name == "lr_exclusive":

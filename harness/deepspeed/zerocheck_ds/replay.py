@@ -269,8 +269,10 @@ class Replay:
         self._release_all(index, op.op)
 
     def _checkpoint(self, index, op):
+        # A load with a world_size (resume on another world size) is skipped for the same reason.
         self._skip(index, op.op, op.op, "save/load are not replayed upstream (sharded checkpoints "
-                                        "are engine-specific; I6 is the C++ harness's)")
+                                        "are engine-specific; I6, resharding on load included, is "
+                                        "the C++ harness's)")
 
     def _teardown(self):
         if self._live or self._accepted_repeats:

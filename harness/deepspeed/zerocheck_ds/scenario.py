@@ -67,6 +67,7 @@ class Op:
     param: str = ""
     name: str = ""
     value: object = None
+    world_size: int = 0  # load: a second world of this many ranks loads it too (0: none)
 
 
 @dataclass
@@ -297,6 +298,7 @@ _OP_KEY_READERS = schema.every("op_keys", {
     "param": read_string,
     "name": read_name,
     "value": read_value,
+    "world_size": lambda v, p: read_limited(v, p, "world_size"),
 })
 
 
