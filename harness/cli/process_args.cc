@@ -69,6 +69,10 @@ WorkerOptions ProcessArgs::worker_options(int world_size) const {
 
 std::shared_ptr<JobPool> ProcessArgs::make_pool() const {
   if (coordinated_pool()) return coordinated_pool();
+  WorkerOptions asked;
+  asked.backend = backend;
+  asked.device = device;
+  check_backend_and_device(asked);  // first: on a build without CUDA, say that
   if (procs == 0) {
     if (kill_rank >= 0 || hang_rank >= 0) throw zero3::UsageError("--kill-rank/--hang-rank need --procs");
     if (backend != "gloo" || device != "auto")
