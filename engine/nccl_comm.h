@@ -8,8 +8,10 @@
 // topology), so NCCL gives LocalComm's bits (engine/internal/c10d_comm.h).
 //
 // NCCL refuses two ranks of one communicator on the same device ("Duplicate GPU detected"):
-// a world needs one device per rank. Timeouts: CommOptions::timeout bounds every wait, and
-// NCCL's own watchdog is set a margin later, as for Gloo.
+// a world needs one device per rank. Timeouts: CommOptions::timeout bounds every wait (a poll of
+// the work's CUDA events, so a peer's failure posted in the store ends it at once), and NCCL's
+// own watchdog is set a margin later, as for Gloo: a rank that gave up on a collective reports
+// first, and the watchdog then tears its process down (LibTorch 2.x's default error handling).
 #pragma once
 
 #include "engine/comm.h"
