@@ -1,7 +1,8 @@
 // Comm: the collectives the ZeRO-3 schedule needs, with timeouts and element accounting.
 //
 // Implementations: LocalComm (ranks are threads sharing memory; fast and deterministic, for
-// tests and fuzzing) and C10dComm (a real c10d backend: Gloo on CPU, NCCL on GPU). Both sum
+// tests and fuzzing) and internal::C10dComm (a real c10d backend: Gloo on CPU, gloo_comm.h;
+// NCCL on GPU, nccl_comm.h, CUDA builds only). Both sum
 // reductions in rank order 0..N-1, so they give bit-identical training and a dense baseline
 // that accumulates micro-batch gradients in the same order matches them exactly.
 //
@@ -22,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace zero3 {
@@ -70,6 +72,10 @@ struct CommOptions {
   // When a collective times out, returns what is known about the peers that did not arrive
   // ("rank 2 did not respond ...") for the error message; unset: nothing is added.
   std::function<std::string(const char* op)> explain_timeout;
+  // This rank's device: where the engine places the modules this rank owns (engine.h) and, for
+  // NCCL, where the collectives run (make_nccl_comm sets it). Unset: the engine's default,
+  // rank_device(rank, EngineOptions::ranks_per_device).
+  std::optional<at::Device> device;
 };
 
 struct CommStats {

@@ -326,14 +326,23 @@ std::vector<ParamResidency> Engine::residency() const {
     const bool shared = p->master.defined() && p->master.is_same(p->param);
     const at::Tensor full_grad = p->param.grad();
     const bool same_grad = full_grad.defined() && p->grad_shard.defined() && full_grad.is_same(p->grad_shard);
-    out.push_back({p->path, count(p->param), shared ? 0 : count(p->master),
-                   count(p->grad_shard) + (same_grad ? 0 : count(full_grad)),
-                   state_->optimizer ? state_numel_of(*state_->optimizer, p->master) : 0,
-                   p->param.device().str()});
+    ParamResidency here{p->path, count(p->param), shared ? 0 : count(p->master),
+                        count(p->grad_shard) + (same_grad ? 0 : count(full_grad)),
+                        state_->optimizer ? state_numel_of(*state_->optimizer, p->master) : 0,
+                        p->param.device().str(), {}};
+    auto hold = [&](const std::string& role, const at::Tensor& t) {
+      if (t.defined()) here.tensors.push_back({role, t.numel(), t.device().str()});
+    };
+    hold("param", p->param);
+    if (!shared) hold("master", p->master);
+    if (!same_grad) hold("grad", full_grad);
+    hold("grad_shard", p->grad_shard);
+    if (state_->optimizer)
+      for (const auto& [name, t] : named_state_tensors_of(*state_->optimizer, p->master)) hold(name, t);
+    out.push_back(std::move(here));
   }
   return out;
 }
-
 
 const Config& Engine::config() const { return state_->config; }
 Comm& Engine::comm() { return state_->comm; }

@@ -51,8 +51,9 @@ struct EngineOptions {
   std::string publish_ids_as;
   // The user's placement policy; when empty, the config's "zerocheck.placement" spec is used.
   PlacementPolicy placement_policy;
-  // Where a rank's placed modules live: cuda:(rank / ranks_per_device) when CUDA is available
-  // and that device exists, else the CPU. Several ranks may share one device.
+  // Where a rank's placed modules live, unless the comm names the rank's device
+  // (CommOptions::device): cuda:(rank / ranks_per_device) when CUDA is available and that
+  // device exists, else the CPU. Several ranks may share one device.
   int ranks_per_device = 1;
   // A test hook, empty in normal use: save_checkpoint calls it on each rank at each named point
   // ("staging", "rank-file", "manifest", "exchanged", "done") so a test can kill the process
@@ -78,6 +79,16 @@ struct ManagedParamView {
   at::Tensor grad_shard;  // undefined before the first backward
 };
 
+// One tensor a rank holds for a parameter, measured from the tensor itself.
+struct HeldTensor {
+  // "param" (the model tensor), "master" (the engine's copy, when not the model tensor itself),
+  // "grad" (the full gradient on the model tensor), "grad_shard" (the reduced gradient), or an
+  // optimizer state's name ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer").
+  std::string role;
+  int64_t elements;
+  std::string device;  // "cpu", "cuda:1"
+};
+
 // Where one parameter's bytes live on this rank: measured from the tensors themselves.
 struct ParamResidency {
   std::string path;
@@ -86,6 +97,8 @@ struct ParamResidency {
   int64_t grad_elements;       // full gradient + shard gradient
   int64_t optimizer_elements;  // optimizer state tensors for this parameter
   std::string device;          // where the model tensor lives ("cpu", "cuda:1")
+  // Every tensor counted above, with its device: "param" always, the others when defined.
+  std::vector<HeldTensor> tensors;
 };
 
 class Engine {

@@ -2,7 +2,10 @@
 // (sharing an in-process store, as PyTorch's own C++ tests do) or separate processes.
 //
 // c10d's Gloo in LibTorch 1.13 has no reduce_scatter, so the base Comm builds it from
-// alltoall_base (ring-equivalent traffic) and sums in rank order.
+// alltoall_base (ring-equivalent traffic) and sums in rank order. What Gloo and NCCL share
+// (staging, waiting, aborts) is engine/internal/c10d_comm.h.
+//
+// GlooRendezvous is the store both c10d backends meet in (make_nccl_comm takes it too).
 #pragma once
 
 #include "engine/comm.h"

@@ -46,19 +46,26 @@ std::unique_ptr<torch::optim::Optimizer> rebuild_optimizer(
 
 namespace {
 
+// The state tensors of one parameter by name, in a fixed order.
+std::vector<std::pair<std::string, at::Tensor>> named_tensors_of_state(const torch::optim::OptimizerParamState* state) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto keep = [&](const char* name, const at::Tensor& t) {
+    if (t.defined()) out.emplace_back(name, t);
+  };
+  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+    keep("exp_avg", s->exp_avg()), keep("exp_avg_sq", s->exp_avg_sq()), keep("max_exp_avg_sq", s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+    keep("exp_avg", s->exp_avg()), keep("exp_avg_sq", s->exp_avg_sq()), keep("max_exp_avg_sq", s->max_exp_avg_sq());
+  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+    keep("momentum_buffer", s->momentum_buffer());
+  }
+  return out;
+}
+
 // The state tensors of one parameter, in a fixed order.
 std::vector<at::Tensor> tensors_of_state(const torch::optim::OptimizerParamState* state) {
   std::vector<at::Tensor> out;
-  auto keep = [&](const at::Tensor& t) {
-    if (t.defined()) out.push_back(t);
-  };
-  if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
-    keep(s->exp_avg()), keep(s->exp_avg_sq()), keep(s->max_exp_avg_sq());
-  } else if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
-    keep(s->exp_avg()), keep(s->exp_avg_sq()), keep(s->max_exp_avg_sq());
-  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
-    keep(s->momentum_buffer());
-  }
+  for (auto& [name, t] : named_tensors_of_state(state)) out.push_back(t);
   return out;
 }
 
@@ -92,6 +99,12 @@ const torch::optim::OptimizerParamState* find_state(torch::optim::Optimizer& opt
 int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
   const auto* state = find_state(optimizer, param);
   return state ? numel_of_state(state) : 0;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> named_state_tensors_of(torch::optim::Optimizer& optimizer,
+                                                                       const at::Tensor& param) {
+  const auto* state = find_state(optimizer, param);
+  return state ? named_tensors_of_state(state) : std::vector<std::pair<std::string, at::Tensor>>{};
 }
 
 at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {

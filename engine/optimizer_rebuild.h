@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zero3 {
@@ -32,6 +33,10 @@ int64_t state_numel(torch::optim::Optimizer& optimizer);
 // Returns every state tensor the optimizer holds for `param`, flattened and concatenated in a
 // fixed order (undefined when it holds none): an exact fingerprint for round-trip checks.
 at::Tensor state_tensors_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+// Returns every state tensor the optimizer holds for `param` with its name ("exp_avg",
+// "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"), in the same fixed order; empty when none.
+std::vector<std::pair<std::string, at::Tensor>> named_state_tensors_of(torch::optim::Optimizer& optimizer,
+                                                                       const at::Tensor& param);
 // Returns the number of state elements the optimizer holds for `param` (0 when none).
 int64_t state_numel_of(torch::optim::Optimizer& optimizer, const at::Tensor& param);
 

@@ -46,7 +46,8 @@ EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config
       comm(comm_in),
       config(std::move(config_in)),
       options(std::move(options_in)),
-      partitioner(comm_in, options.fault, rank_device(comm_in.rank(), options.ranks_per_device)) {}
+      partitioner(comm_in, options.fault,
+                  comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device))) {}
 
 at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, const Route& route,
                                        const std::function<at::Tensor(const at::Tensor&)>& body) {

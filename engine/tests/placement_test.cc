@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/layers.h"
+#include "engine/tests/placed_residency.h"
 #include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/fault_under_test.h"
@@ -63,6 +64,32 @@ TEST(Placement, ResidencyFollowsTheUsersAttributes) {
     ++checked;
   }
   EXPECT_EQ(checked, 8);  // 4 experts x (weight, bias)
+}
+
+// The GPU test's check (placement_gpu_test.cc) where experts live on the CPU, so its counting
+// runs in every ctest: parameter, gradient and each Adam state tensor, whole on the owner only.
+TEST(Placement, PlacedStateLivesWholeOnTheOwnerOnly) {
+  const int world = 3;
+  const ResidencyTable table = test_support::train_moe_placed(world, EngineOptions{zerocheck::fault_under_test()});
+  const auto expected = test_support::placed_params_by_id(zerocheck::model_spec("moe-placed").build(1), world);
+  ASSERT_EQ(expected.size(), 8u) << "4 experts x (weight, bias)";
+  const auto verdict =
+      test_support::check_placed_residency(table, expected, [](int rank) { return rank_device(rank, 1).str(); });
+  for (const std::string& v : verdict.violations) ADD_FAILURE() << v;
+  EXPECT_EQ(verdict.checked,
+            static_cast<int64_t>(expected.size()) * world * static_cast<int64_t>(test_support::checked_roles().size()));
+}
+
+// The check can fail: with copies kept on the other ranks (a planted fault) it names each one.
+TEST(Placement, PlacedStateCheckCatchesCopiesKeptElsewhere) {
+  const int world = 3;
+  const ResidencyTable table = test_support::train_moe_placed(world, EngineOptions{Fault::placed_copies_kept});
+  const auto expected = test_support::placed_params_by_id(zerocheck::model_spec("moe-placed").build(1), world);
+  const auto verdict =
+      test_support::check_placed_residency(table, expected, [](int rank) { return rank_device(rank, 1).str(); });
+  EXPECT_EQ(verdict.violations.size(), expected.size() * (world - 1));
+  for (const std::string& v : verdict.violations)
+    EXPECT_NE(v.find(": param has "), std::string::npos) << v;
 }
 
 TEST(Placement, PolicyErrorsNameTheModulePath) {

@@ -17,14 +17,18 @@ struct ProcessArgs {
   int kill_rank = -1;
   int hang_rank = -1;
   int64_t at_op = -1;
+  std::string backend = "gloo";  // WorkerOptions::backend
+  std::string device = "auto";   // WorkerOptions::device
 
   // Registers --collective-timeout and the hooks (and --procs when `with_procs`).
   void add_to(CLI::App& command, bool with_procs = true);
   // Returns the worker options. Throws zero3::UsageError for a hook without --at-op, both hooks,
-  // or a hook on a rank outside the world.
+  // a hook on a rank outside the world, or a --backend/--device this build or machine cannot do.
   WorkerOptions worker_options(int world_size) const;
   // The pool that runs this command's ranks: the torchrun world this process coordinates
   // (`zerocheck worker -- COMMAND`), N new workers for --procs N, or nullptr (threads).
+  // Throws zero3::UsageError for --backend/--device other than the defaults without --procs, and
+  // for --backend nccl with more processes than CUDA devices (NCCL needs one device per rank).
   std::shared_ptr<JobPool> make_pool() const;
 };
 

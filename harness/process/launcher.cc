@@ -57,8 +57,9 @@ ProcessLauncher::ProcessLauncher(const LaunchOptions& options) : options_(option
 
 void ProcessLauncher::spawn(int rank) {
   const std::string exe = self_executable();
-  std::vector<std::string> args{exe, "worker", "--collective-timeout",
-                                fmt::format("{:.3f}", options_.collective_timeout.count() / 1000.0)};
+  std::vector<std::string> args{exe,         "worker", "--collective-timeout",
+                                fmt::format("{:.3f}", options_.collective_timeout.count() / 1000.0),
+                                "--backend", options_.backend, "--device", options_.device};
   if (options_.hook.kind != LostRankHook::Kind::none) {
     args.push_back(options_.hook.kind == LostRankHook::Kind::kill ? "--kill-rank" : "--hang-rank");
     args.push_back(std::to_string(options_.hook.rank));

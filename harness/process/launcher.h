@@ -28,6 +28,8 @@ struct LaunchOptions {
   int procs = 2;
   std::chrono::milliseconds collective_timeout{30000};
   LostRankHook hook;  // test hook, passed to every worker
+  std::string backend = "gloo";  // passed to every worker (WorkerOptions, harness/process/worker.h)
+  std::string device = "auto";
 };
 
 class ProcessLauncher final : public JobPool {

@@ -2,9 +2,13 @@
 
 #include "engine/errors.h"
 #include "engine/gloo_comm.h"
+#ifdef ZEROCHECK_CUDA
+#include "engine/nccl_comm.h"
+#endif
 #include "harness/world.h"
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <csignal>
@@ -37,8 +41,14 @@ void note_operation(int64_t index, const std::string& what) {
 }
 
 ProcessRank::ProcessRank(RankEnv env, std::shared_ptr<zero3::KeyValueStore> store,
-                         std::chrono::milliseconds collective_timeout, LostRankHook hook)
-    : env_(std::move(env)), store_(std::move(store)), collective_timeout_(collective_timeout), hook_(hook) {}
+                         std::chrono::milliseconds collective_timeout, LostRankHook hook, std::string backend,
+                         std::string device)
+    : env_(std::move(env)),
+      store_(std::move(store)),
+      collective_timeout_(collective_timeout),
+      hook_(hook),
+      backend_(std::move(backend)),
+      device_(std::move(device)) {}
 
 void ProcessRank::begin_job(int64_t id) {
   job_ = id;
@@ -118,7 +128,31 @@ zero3::CommOptions ProcessRank::comm_options(int world_size) {
   options.abort->watch_remote([this] { return poll_abort(); });
   options.before_collective = [this](const char* op) { before_collective(op); };
   options.explain_timeout = [this, world_size](const char* op) { return explain_timeout(op, world_size); };
+  if (backend_ == "nccl" || device_ == "cuda")
+    options.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_index()));
+  else if (device_ == "cpu")
+    options.device = at::Device(at::kCPU);
   return options;
+}
+
+int ProcessRank::cuda_index() const {
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (count == 0)
+    throw zero3::UsageError(fmt::format("rank {}: --backend {} --device {} needs a CUDA device; none is visible",
+                                        rank(), backend_, device_));
+  return env_.local_rank % count;
+}
+
+std::unique_ptr<zero3::Comm> ProcessRank::make_comm(const std::string& prefix, int world_size) {
+  if (backend_ == "nccl") {
+#ifdef ZEROCHECK_CUDA
+    return zero3::make_nccl_comm(store_->rendezvous(prefix), rank(), world_size, cuda_index(),
+                                 comm_options(world_size));
+#else
+    throw zero3::UsageError("--backend nccl: this zerocheck was built without CUDA (ZEROCHECK_CUDA=OFF)");
+#endif
+  }
+  return zero3::make_gloo_comm(store_->rendezvous(prefix), rank(), world_size, comm_options(world_size));
 }
 
 void ProcessRank::run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body) {
@@ -129,8 +163,7 @@ void ProcessRank::run_world(const WorldOptions& options, const std::function<voi
   // connections close.
   std::unique_ptr<zero3::Comm> comm;
   try {
-    comm = zero3::make_gloo_comm(store_->rendezvous(prefix), rank(), options.world_size,
-                                 comm_options(options.world_size));
+    comm = make_comm(prefix, options.world_size);
     body(*comm);
     comm->barrier();  // nobody closes connections a peer may still read from
   } catch (const RankLost&) {

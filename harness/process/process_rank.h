@@ -44,8 +44,9 @@ class RankLost : public zero3::CommError {
 
 class ProcessRank {
  public:
+  // `backend` and `device` as in WorkerOptions (harness/process/worker.h), already checked.
   ProcessRank(RankEnv env, std::shared_ptr<zero3::KeyValueStore> store, std::chrono::milliseconds collective_timeout,
-              LostRankHook hook);
+              LostRankHook hook, std::string backend = "gloo", std::string device = "auto");
 
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
@@ -67,12 +68,16 @@ class ProcessRank {
   std::string lost() const;
 
   // Runs `body` as this process's rank of a world of `options.world_size` (nothing when this
-  // rank is outside it). Throws RankFailure carrying the first rank that threw, as run_world.
+  // rank is outside it), over Gloo or NCCL (the worker's --backend). Throws RankFailure
+  // carrying the first rank that threw, as run_world.
   void run_world(const WorldOptions& options, const std::function<void(zero3::Comm&)>& body);
 
  private:
   std::string key(const std::string& name) const;
   zero3::CommOptions comm_options(int world_size);
+  std::unique_ptr<zero3::Comm> make_comm(const std::string& prefix, int world_size);
+  // cuda:<LOCAL_RANK mod device count>'s index. Throws zero3::UsageError without a device.
+  int cuda_index() const;
   void before_collective(const char* op);
   std::string poll_abort();
   std::string explain_timeout(const char* op, int world_size);
@@ -83,6 +88,8 @@ class ProcessRank {
   std::shared_ptr<zero3::KeyValueStore> store_;
   std::chrono::milliseconds collective_timeout_;
   LostRankHook hook_;
+  std::string backend_;
+  std::string device_;
   int64_t job_ = -1;
   int worlds_in_job_ = 0;
   int64_t operation_ = -1;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 
 #include <csignal>
 #include <optional>
@@ -30,7 +31,8 @@ std::unique_ptr<ProcessRank> join(const WorkerOptions& options) {
   }
   const bool host = env.rank == 0 && !env.store_hosted_elsewhere;
   auto store = zero3::KeyValueStore::tcp(env.master_addr, env.master_port, host, kStoreConnectTimeout);
-  auto rank = std::make_unique<ProcessRank>(env, std::move(store), options.collective_timeout, options.hook);
+  auto rank = std::make_unique<ProcessRank>(env, std::move(store), options.collective_timeout, options.hook,
+                                            options.backend, options.device);
   set_current_process_rank(rank.get());
   return rank;
 }
@@ -89,6 +91,25 @@ class CoordinatorPool final : public JobPool {
 };
 
 }  // namespace
+
+void check_backend_and_device(const WorkerOptions& options) {
+  if (options.backend != "gloo" && options.backend != "nccl")
+    throw zero3::UsageError(fmt::format("--backend {}: expected gloo or nccl", options.backend));
+  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda")
+    throw zero3::UsageError(fmt::format("--device {}: expected auto, cpu or cuda", options.device));
+  if (options.backend == "nccl" && options.device == "cpu")
+    throw zero3::UsageError("--backend nccl runs every rank on a CUDA device: --device cpu contradicts it");
+  const bool wants_cuda = options.backend == "nccl" || options.device == "cuda";
+  if (!wants_cuda) return;
+  const std::string what = options.backend == "nccl" ? "--backend nccl" : "--device cuda";
+#ifndef ZEROCHECK_CUDA
+  throw zero3::UsageError(what + ": this zerocheck was built without CUDA (ZEROCHECK_CUDA=OFF: its LibTorch has no "
+                                 "CUDA); build against a CUDA LibTorch, see ci/gpu-check");
+#else
+  if (!torch::cuda::is_available())
+    throw zero3::UsageError(what + ": no CUDA device is visible on this machine");
+#endif
+}
 
 int serve_jobs(const WorkerOptions& options) {
   auto rank = join(options);

@@ -8,13 +8,26 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 namespace zerocheck {
 
 struct WorkerOptions {
   std::chrono::milliseconds collective_timeout{30000};
   LostRankHook hook;  // test hook
+  // The collectives' backend: "gloo" (TCP, tensors on the CPU) or "nccl" (CUDA builds only;
+  // each rank on cuda:<LOCAL_RANK mod device count>, one device per rank).
+  std::string backend = "gloo";
+  // Where a rank's placed modules (experts) live: "auto" (the engine's default, rank_device in
+  // engine/engine.h), "cpu", or "cuda" (cuda:<LOCAL_RANK mod device count>; several ranks may
+  // share one device). NCCL implies "cuda".
+  std::string device = "auto";
 };
+
+// Throws zero3::UsageError naming the option (--backend, --device) when `options` asks for
+// what this build or machine cannot do: NCCL or CUDA on a build without CUDA (ZEROCHECK_CUDA
+// off), or on a machine without a CUDA device; NCCL with --device cpu; an unknown name.
+void check_backend_and_device(const WorkerOptions& options);
 
 // Joins the world and serves jobs. Returns the exit code: 0 after an exit job, 1 when a rank
 // of the world was lost (it prints which, and in which operation). Throws zero3::UsageError for

@@ -262,4 +262,20 @@ TEST(Cli, TrainSavesAndResumesOnAnotherWorldAndTheCheckpointCommandsReadIt) {
   std::system(("rm -rf " + dir + " " + out).c_str());
 }
 
+// What every build refuses with exit 2 naming the option, before any worker starts: NCCL
+// without process ranks (on a build without CUDA: that it has none), NCCL with experts on the
+// CPU. `zerocheck worker --help` documents both options.
+TEST(Cli, BackendAndDeviceMistakesExitTwoNamingTheOption) {
+  const CliRun threads = run_cli("check --backend nccl --cases 1");
+  EXPECT_EQ(threads.exit_code, 2) << threads.output;
+  EXPECT_NE(threads.output.find("--backend"), std::string::npos) << threads.output;
+  const CliRun contradiction = run_cli("check --procs 2 --backend nccl --device cpu --cases 1");
+  EXPECT_EQ(contradiction.exit_code, 2) << contradiction.output;
+  EXPECT_NE(contradiction.output.find("--backend nccl"), std::string::npos) << contradiction.output;
+  const CliRun help = run_cli("worker --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_NE(help.output.find("--backend"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--device"), std::string::npos) << help.output;
+}
+
 }  // namespace
