@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/engine_snapshot.h"
 #include "harness/models.h"
@@ -91,8 +92,7 @@ void save_model(const std::string& model, const std::string& optimizer, int worl
     auto m = spec.build(3);
     auto user = optimizer == "sgd" ? zerocheck::sgd_factory(0.1, 0.9)(unique_parameters(*m))
                                    : zerocheck::adam_factory(0.05)(unique_parameters(*m));
-    Config config;
-    config.zero_optimization.stage3_param_persistence_threshold = 0;
+    const Config config = all_partitioned();
     auto engine = initialize(m, *user, config, comm);
     for (int64_t s = 0; s < steps; ++s) {
       const auto batch = zerocheck::make_batch(spec, 3, s, comm.rank(), 2);
@@ -190,8 +190,7 @@ TEST(CheckpointCorruption, EveryDamageIsACheckpointErrorNamingTheFileAndTheEngin
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(9);
     auto user = zerocheck::adam_factory(0.05)(unique_parameters(*model));
-    Config config;
-    config.zero_optimization.stage3_param_persistence_threshold = 0;
+    const Config config = all_partitioned();
     auto engine = initialize(model, *user, config, comm);
     const auto batch = zerocheck::make_batch(spec, 9, 0, comm.rank(), 2);
     engine->backward(zerocheck::training_loss(engine->forward(batch.input), batch.target));

@@ -7,6 +7,7 @@
 #include "engine/checkpoint_reader.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/tests/test_configs.h"
 #include "harness/dense_baseline.h"
 #include "harness/models.h"
 #include "harness/world.h"
@@ -35,8 +36,7 @@ void train_and_save(const std::string& dir, int64_t steps, const std::string& ki
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(4);
     auto user = zerocheck::adam_factory(0.05)(unique_parameters(*model));
-    Config config;
-    config.zero_optimization.stage3_param_persistence_threshold = 0;
+    const Config config = all_partitioned();
     EngineOptions options;
     if (comm.rank() == kill_rank)
       options.save_point = [kill_at](const std::string& point) {

@@ -70,8 +70,7 @@ TEST(Initialize, RebuildsTheUsersOptimizerKindAndOptions) {
   on_one_rank([](Comm& comm) {
     auto model = two_linears();
     torch::optim::SGD user(unique_parameters(*model), torch::optim::SGDOptions(0.25).momentum(0.5));
-    Config config;
-    config.zero_optimization.stage3_param_persistence_threshold = 0;  // every parameter partitioned
+    const Config config = all_partitioned();
     auto engine = initialize(model, user, config, comm);
     auto* sgd = dynamic_cast<torch::optim::SGD*>(&engine->optimizer());
     ASSERT_NE(sgd, nullptr);
