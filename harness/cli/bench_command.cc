@@ -3,16 +3,27 @@
 #include "harness/cli/command.h"
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 namespace zerocheck::cli {
+namespace {
+
+// The names are draw_scenario's to_string, so the option spells a profile as everything else does.
+std::map<std::string, DrawProfile> profiles_by_name() {
+  std::map<std::string, DrawProfile> names;
+  for (const DrawProfile p : {DrawProfile::training, DrawProfile::attributes}) names.emplace(to_string(p), p);
+  return names;
+}
+
+}  // namespace
 
 void register_bench_command(CLI::App& command, int& exit_code) {
   auto options = std::make_shared<BenchOptions>();
   struct Narrowing {
-    std::string profile = "training";
+    std::string profile = to_string(DrawProfile::training);
     std::optional<int> world;
     std::optional<size_t> max_nodes, max_ops;
   };
@@ -22,14 +33,14 @@ void register_bench_command(CLI::App& command, int& exit_code) {
   command.add_option("--profile", narrowing->profile,
                      "what the inputs decode into and how they run: training (fuzz_scenario_ops) or attributes "
                      "(fuzz_attrs)")
-      ->check(CLI::IsMember({"training", "attributes"}));
+      ->check(CLI::IsMember(profiles_by_name()));
   // Ranges are checked by DecodeLimits::validate (a UsageError, exit 2), the one place they live.
   command.add_option("--world", narrowing->world, "fixed world size (0: decoded from the input)");
   command.add_option("--max-nodes", narrowing->max_nodes, "tree nodes at most (default: the profile's widest)");
   command.add_option("--max-ops", narrowing->max_ops, "operations at most");
   command.callback([options, narrowing, &exit_code] {
     // The profile's widest limits first, then what the user narrowed, in any order on the line.
-    options->limits = DecodeLimits(narrowing->profile == "attributes" ? DrawProfile::attributes : DrawProfile::training);
+    options->limits = DecodeLimits(profiles_by_name().at(narrowing->profile));
     if (narrowing->world) options->limits.world = *narrowing->world;
     if (narrowing->max_nodes) options->limits.max_nodes = *narrowing->max_nodes;
     if (narrowing->max_ops) options->limits.max_ops = *narrowing->max_ops;
