@@ -161,13 +161,13 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     record.module = module.get();
     record.id = module_id++;
     record.path = path;
-    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& tensor = item.value();
+    for (const auto& item : module->own_parameters()) {
+      const at::Tensor& tensor = item.second;
       auto [slot, inserted] = state->param_by_impl.emplace(tensor.unsafeGetTensorImpl(), nullptr);
       if (inserted) {
         auto p = std::make_unique<ManagedParam>();
         p->id = static_cast<int64_t>(state->params.size());
-        p->path = join_path(path, item.key());
+        p->path = join_path(path, item.first);
         p->param = tensor;
         p->shape = tensor.sizes().vec();
         p->layout = ShardLayout::of(tensor.numel(), comm.world_size());
@@ -341,6 +341,14 @@ std::vector<ParamResidency> Engine::residency() const {
       for (const auto& [name, t] : named_state_tensors_of(*state_->optimizer, p->master)) hold(name, t);
     out.push_back(std::move(here));
   }
+  return out;
+}
+
+std::vector<int64_t> Engine::optimizer_state_elements() const {
+  std::vector<int64_t> out;
+  out.reserve(state_->params.size());
+  for (const auto& p : state_->params)
+    out.push_back(state_->optimizer ? state_numel_of(*state_->optimizer, p->master) : 0);
   return out;
 }
 

@@ -129,6 +129,9 @@ class Engine {
   std::vector<ManagedParamView> params() const;
   // Returns, for every managed parameter (params() order), what this rank holds for it.
   std::vector<ParamResidency> residency() const;
+  // Returns, for every managed parameter (params() order), the optimizer state elements this
+  // rank holds for it: residency()'s optimizer_elements alone, for checks after every operation.
+  std::vector<int64_t> optimizer_state_elements() const;
   const Config& config() const;
   Comm& comm();
   torch::optim::Optimizer& optimizer();

@@ -103,9 +103,9 @@ void apply_legacy_param_writes(EngineState& state) {
   LegacyCounters& c = counters();
   std::lock_guard<std::mutex> lock(c.mutex);
   for (const auto& entry : unique_modules(state.model)) {
-    for (const auto& item : entry.module->named_parameters(/*recurse=*/false)) {
-      ManagedParam* p = state.param_by_impl.at(item.value().unsafeGetTensorImpl());
-      write_param_names(*p, *entry.module, item.key(), c.param_count[rank]++, rank, owner);
+    for (const auto& item : entry.module->own_parameters()) {
+      ManagedParam* p = state.param_by_impl.at(item.second.unsafeGetTensorImpl());
+      write_param_names(*p, *entry.module, item.first, c.param_count[rank]++, rank, owner);
     }
   }
 }

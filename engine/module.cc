@@ -2,6 +2,7 @@
 
 #include "engine/errors.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace zero3 {
@@ -71,7 +72,8 @@ at::Tensor Module::operator()(const at::Tensor& input) {
 }
 
 AttrDict& Module::param_attrs(const std::string& name) {
-  if (named_parameters(/*recurse=*/false).find(name) == nullptr)
+  const bool has = std::any_of(own_parameters_.begin(), own_parameters_.end(), [&](const auto& p) { return p.first == name; });
+  if (!has && named_parameters(/*recurse=*/false).find(name) == nullptr)
     throw AttributeError(kind_ + " has no parameter '" + name + "'");
   return param_attrs_[name];
 }
@@ -81,20 +83,35 @@ const AttrDict* Module::find_param_attrs(const std::string& name) const {
   return it == param_attrs_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_zero3_children() const {
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
-  for (const auto& item : named_children()) {
-    if (auto child = std::dynamic_pointer_cast<Module>(item.value()))
-      out.emplace_back(item.key(), std::move(child));
-  }
-  return out;
+at::Tensor& Module::register_parameter(std::string name, at::Tensor tensor, bool requires_grad) {
+  at::Tensor& held = torch::nn::Module::register_parameter(name, std::move(tensor), requires_grad);
+  // The same TensorImpl as LibTorch's entry; an undefined one is not a parameter to LibTorch either.
+  if (held.defined()) own_parameters_.emplace_back(std::move(name), held);
+  return held;
 }
+
+namespace {
+
+bool any_foreign_children(const std::vector<ModuleAtPath>& modules) {
+  return std::any_of(modules.begin(), modules.end(), [](const auto& m) { return m.module->has_foreign_children(); });
+}
+
+}  // namespace
 
 std::vector<at::Tensor> unique_parameters(const Module& root) {
   std::vector<at::Tensor> out;
   std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& p : root.parameters(/*recurse=*/true))
-    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  // Pre-order over distinct modules, each module's own parameters in registration order: the
+  // order of LibTorch's parameters(), whose repeats (a shared module's second place) are dropped.
+  const auto modules = unique_modules(std::shared_ptr<Module>(std::shared_ptr<Module>(), const_cast<Module*>(&root)));
+  if (any_foreign_children(modules)) {
+    for (const auto& p : root.parameters(/*recurse=*/true))
+      if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+    return out;
+  }
+  for (const auto& entry : modules)
+    for (const auto& [name, p] : entry.module->own_parameters())
+      if (p.defined() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
   return out;
 }
 

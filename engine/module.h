@@ -94,9 +94,29 @@ class Module : public torch::nn::Module {
   AttrDict& param_attrs(const std::string& name);
   const AttrDict* find_param_attrs(const std::string& name) const;
 
+  using NamedChild = std::pair<std::string, std::shared_ptr<Module>>;
+  using NamedParameter = std::pair<std::string, at::Tensor>;
   // Returns the direct children that are zero3 modules, in registration order (a shared child
-  // registered twice appears twice).
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_zero3_children() const;
+  // registered twice appears twice). Kept as they are registered: LibTorch's named_children()
+  // copies its whole dictionary on every call, and trees are walked after every operation.
+  const std::vector<NamedChild>& named_zero3_children() const { return zero3_children_; }
+  // Returns this module's own parameters in registration order, as named_parameters(false)
+  // lists them (the same tensors), without copying a dictionary.
+  const std::vector<NamedParameter>& own_parameters() const { return own_parameters_; }
+  // Whether a child that is not a zero3::Module was registered: such a tree is walked through
+  // LibTorch's own lists (unique_parameters).
+  bool has_foreign_children() const { return foreign_children_; }
+
+  // LibTorch's registration, recorded in the lists above as well. Register through these (the
+  // zero3 type); a registration through a torch::nn::Module reference bypasses the lists.
+  template <class ModuleType>
+  std::shared_ptr<ModuleType> register_module(std::string name, std::shared_ptr<ModuleType> module) {
+    std::shared_ptr<ModuleType> held = torch::nn::Module::register_module(name, std::move(module));
+    if (auto child = std::dynamic_pointer_cast<Module>(held)) zero3_children_.emplace_back(std::move(name), std::move(child));
+    else foreign_children_ = true;
+    return held;
+  }
+  at::Tensor& register_parameter(std::string name, at::Tensor tensor, bool requires_grad = true);
 
  protected:
   virtual at::Tensor forward(const at::Tensor& input, Route& route) = 0;
@@ -105,6 +125,9 @@ class Module : public torch::nn::Module {
   std::string kind_;
   AttrDict attrs_;
   std::map<std::string, AttrDict> param_attrs_;
+  std::vector<NamedChild> zero3_children_;
+  std::vector<NamedParameter> own_parameters_;
+  bool foreign_children_ = false;
 };
 
 // Returns every parameter of `root`'s tree once, in pre-order of first appearance. LibTorch's

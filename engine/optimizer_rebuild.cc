@@ -87,8 +87,9 @@ namespace {
 
 const torch::optim::OptimizerParamState* find_state(torch::optim::Optimizer& optimizer,
                                                     const at::Tensor& param) {
-  if (!param.defined()) return nullptr;
   auto& states = optimizer.state();
+  // Before the first step there is no state: skip making the key (a string on LibTorch 1.13).
+  if (!param.defined() || states.empty()) return nullptr;
   using Key = std::decay_t<decltype(states.begin()->first)>;
   auto it = states.find(compat::optimizer_state_key<Key>(param));
   return it == states.end() ? nullptr : it->second.get();

@@ -66,16 +66,18 @@ void EngineState::check_moe_choices(MoE& moe, const ModuleRecord& record, const 
   at::Tensor mine = at::tensor({choice, placed}, at::kLong).repeat({world});
   at::Tensor all = at::empty_like(mine);
   comm.all_to_all(mine, all);
+  // Read on the host, element by element: indexing the tensor would cost two operator calls a number.
+  const int64_t* got = all.data_ptr<int64_t>();
   bool all_placed = true, all_same = true;
   for (int r = 0; r < world; ++r) {
-    all_placed &= all[2 * r + 1].item<int64_t>() == 1;
-    all_same &= all[2 * r].item<int64_t>() == all[0].item<int64_t>();
+    all_placed &= got[2 * r + 1] == 1;
+    all_same &= got[2 * r] == got[0];
   }
   // Unplaced experts are partitioned: every rank must gather the same one, or shards of
   // different experts would be stitched together.
   if (!all_placed && !all_same) {
     std::string choices;
-    for (int r = 0; r < world; ++r) choices += (r ? ", " : "") + std::to_string(all[2 * r].item<int64_t>());
+    for (int r = 0; r < world; ++r) choices += (r ? ", " : "") + std::to_string(got[2 * r]);
     throw UsageError("MoE '" + record.path + "': ranks chose experts [" + choices +
                      "]; an expert that is not placed must be chosen by every rank alike");
   }
@@ -117,14 +119,15 @@ at::Tensor EngineState::route_forward(const ModuleRecord& record, const at::Tens
   at::Tensor meta = at::tensor({record.id, rows, features}, at::kLong).repeat({world});
   at::Tensor metas = at::empty_like(meta);
   comm.all_to_all(meta, metas);
+  const int64_t* got = metas.data_ptr<int64_t>();  // on the host: see check_moe_choices
   std::vector<int64_t> sender_module(world), sender_rows(world);
   int64_t widest = 0;
   for (int r = 0; r < world; ++r) {
-    sender_module[r] = metas[3 * r].item<int64_t>();
-    sender_rows[r] = metas[3 * r + 1].item<int64_t>();
-    if (metas[3 * r + 2].item<int64_t>() != features)
+    sender_module[r] = got[3 * r];
+    sender_rows[r] = got[3 * r + 1];
+    if (got[3 * r + 2] != features)
       throw UsageError("placed module '" + record.path + "': rank " + std::to_string(r) +
-                       " sends " + std::to_string(metas[3 * r + 2].item<int64_t>()) +
+                       " sends " + std::to_string(got[3 * r + 2]) +
                        " features, this rank " + std::to_string(features));
     widest = std::max(widest, sender_rows[r]);
   }

@@ -32,9 +32,9 @@ std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters(
   std::vector<std::pair<std::string, at::Tensor>> out;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& [path, module] : zero3::unique_modules(root))
-    for (const auto& item : module->named_parameters(/*recurse=*/false))
-      if (seen.insert(item.value().unsafeGetTensorImpl()).second)
-        out.emplace_back(path.empty() ? item.key() : path + "." + item.key(), item.value());
+    for (const auto& item : module->own_parameters())
+      if (seen.insert(item.second.unsafeGetTensorImpl()).second)
+        out.emplace_back(path.empty() ? item.first : path + "." + item.first, item.second);
   return out;
 }
 

@@ -147,12 +147,15 @@ void validate_node(const Scenario& s, size_t index) {
   rules::one_of(zero3::key_path(path, "kind"), node.kind, schema::node_kind_names());
   const schema::NodeKind& kind = *schema::find_node_kind(node.kind);
   auto takes = [&](const char* key) { return std::count(kind.keys.begin(), kind.keys.end(), key) > 0; };
-  std::vector<std::string> keys = {"kind"};
-  keys.insert(keys.end(), schema::common_node_keys().begin(), schema::common_node_keys().end());
-  keys.insert(keys.end(), kind.keys.begin(), kind.keys.end());
+  auto unknown = [&](const char* key) {  // the key list only for the message
+    std::vector<std::string> keys = {"kind"};
+    keys.insert(keys.end(), schema::common_node_keys().begin(), schema::common_node_keys().end());
+    keys.insert(keys.end(), kind.keys.begin(), kind.keys.end());
+    rules::unknown_key(zero3::key_path(path, key), keys);
+  };
   // A field the kind lacks must keep its default, or the writer would drop it silently.
-  if (!node.bias && !takes("bias")) rules::unknown_key(zero3::key_path(path, "bias"), keys);
-  if (!node.shape.empty() && !takes("shape")) rules::unknown_key(zero3::key_path(path, "shape"), keys);
+  if (!node.bias && !takes("bias")) unknown("bias");
+  if (!node.shape.empty() && !takes("shape")) unknown("shape");
   if (takes("shape"))
     rules::shape(zero3::key_path(path, "shape"), node.shape, schema::limits::offset_dims, schema::limits::param_numel);
   const std::string children = zero3::key_path(path, "children");
@@ -177,12 +180,13 @@ void validate_op(const Op& op, size_t index) {
   const std::string path = zero3::index_path("$.ops", index);
   const schema::OpRow& row = row_of(op.kind);
   const unsigned allowed = row.required | row.optional;
-  std::vector<std::string> keys = {"op"};
-  for (const auto& k : schema::op_key_names(row.required)) keys.push_back(k);
-  for (const auto& k : schema::op_key_names(row.optional)) keys.push_back(k);
   const Op defaults;
   auto field = [&](unsigned key, const char* name, bool is_default) {
-    if (!(allowed & key) && !is_default) rules::unknown_key(zero3::key_path(path, name), keys);
+    if ((allowed & key) || is_default) return;
+    std::vector<std::string> keys = {"op"};  // only for the message: validate runs before every scenario
+    for (const auto& k : schema::op_key_names(row.required)) keys.push_back(k);
+    for (const auto& k : schema::op_key_names(row.optional)) keys.push_back(k);
+    rules::unknown_key(zero3::key_path(path, name), keys);
   };
   field(schema::key::optimizer, "optimizer", op.optimizer == defaults.optimizer);
   field(schema::key::target, "target", op.target.empty());

@@ -123,7 +123,7 @@ std::vector<ModuleAt> modules_of(const Scenario& s) {
   std::vector<ModuleAt> out;
   for (const auto& entry : entries) {
     ModuleAt at{entry.path, {}, experts.count(entry.module.get()) > 0};
-    for (const auto& item : entry.module->named_parameters(false)) at.params.push_back(item.key());
+    for (const auto& item : entry.module->own_parameters()) at.params.push_back(item.first);
     out.push_back(std::move(at));
   }
   return out;

@@ -39,11 +39,11 @@ std::vector<at::Tensor> trainable(const Module& root) {
   return out;
 }
 
-bool covers_exactly(torch::optim::Optimizer& optimizer, const Module& target) {
+bool covers_exactly(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& trainable_in_target) {
   std::vector<const c10::TensorImpl*> have, want;
   for (auto& group : optimizer.param_groups())
     for (auto& p : group.params()) have.push_back(p.unsafeGetTensorImpl());
-  for (auto& p : trainable(target)) want.push_back(p.unsafeGetTensorImpl());
+  for (auto& p : trainable_in_target) want.push_back(p.unsafeGetTensorImpl());
   std::sort(have.begin(), have.end());
   std::sort(want.begin(), want.end());
   return have == want;
@@ -63,7 +63,8 @@ bool same_storage(const at::Tensor& a, const at::Tensor& b) {
 std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine) {
   std::vector<oracles::ObservedParam> out;
   const auto views = engine.params();
-  const auto residency = engine.residency();
+  out.reserve(views.size());
+  const auto optimizer_elements = engine.optimizer_state_elements();
   for (size_t i = 0; i < views.size(); ++i) {
     const auto& v = views[i];
     oracles::ObservedParam o;
@@ -76,7 +77,7 @@ std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine) {
     o.grad_shard_bytes = storage_bytes(v.grad_shard);
     const at::Tensor full_grad = v.param.grad();
     o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
-    o.optimizer_elements = residency[i].optimizer_elements;
+    o.optimizer_elements = optimizer_elements[i];
     o.master = v.master;
     out.push_back(std::move(o));
   }
@@ -264,7 +265,8 @@ class ScenarioRunner {
  public:
   ScenarioRunner(const Scenario& s, zero3::Comm& comm, const RunOptions& options, std::string dir,
                  std::shared_ptr<SharedTwin> shared_twin)
-      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)), ledger_(model_) {
+      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)),
+        modules_(modules_by_path(model_)), ledger_(model_) {
     // The twin is a whole second model trained alongside: only I3 and I8 read it, and the
     // attributes fuzzer (I1, I2, I5, I7) runs hundreds of scenarios a second without it.
     if (options_.needs_dense_twin()) twin_.emplace(s, std::move(shared_twin));
@@ -323,36 +325,56 @@ class ScenarioRunner {
 
   std::vector<oracles::ObservedParam> observe() const { return zerocheck::observe(*engine_); }
 
+  // A module's subtree as initialize needs it, worked out once per path: the tree never changes
+  // within a scenario (only attributes and parameter data do), and a script initializes again
+  // and again.
+  struct Subtree {
+    std::shared_ptr<Module> root;
+    std::unordered_set<const Module*> modules;
+    std::vector<at::Tensor> trainable;  // what a fresh optimizer over it holds
+  };
+  const Subtree* subtree_at(const std::string& path) {
+    auto cached = subtrees_.find(path);
+    if (cached != subtrees_.end()) return &cached->second;
+    auto it = modules_.find(path);
+    if (it == modules_.end()) return nullptr;
+    Subtree subtree{it->second, {}, trainable(*it->second)};
+    for (auto& entry : zero3::unique_modules(it->second)) subtree.modules.insert(entry.module.get());
+    return &subtrees_.emplace(path, std::move(subtree)).first->second;
+  }
+
   zero3::CommStats stats() const { return comm_.stats(); }
 
   // ---- operations -----------------------------------------------------------------------------
 
   OpOutcome initialize(const Op& op) {
-    auto modules = modules_by_path(model_);
-    auto it = modules.find(op.target);
-    if (it == modules.end()) return skipped(fmt::format("no module '{}'", op.target));
-    std::shared_ptr<Module> target = it->second;
-
-    std::unordered_set<const Module*> new_tree;
-    for (auto& entry : zero3::unique_modules(target)) new_tree.insert(entry.module.get());
+    const Subtree* subtree = subtree_at(op.target);
+    if (subtree == nullptr) return skipped(fmt::format("no module '{}'", op.target));
+    const std::shared_ptr<Module>& target = subtree->root;
+    const std::unordered_set<const Module*>& new_tree = subtree->modules;
     model::InitializeFacts facts;
     facts.engine_live = engine_ != nullptr;
-    for (const Module* m : engine_tree_) facts.overlaps_live_engine |= new_tree.count(m) > 0;
+    if (engine_tree_)
+      for (const Module* m : *engine_tree_) facts.overlaps_live_engine |= new_tree.count(m) > 0;
     const bool same_optimizer = op.optimizer == "same" && user_optimizer_ != nullptr;
     facts.optimizer_held_by_live_engine = same_optimizer && engine_optimizer_ == user_optimizer_.get();
     std::unique_ptr<torch::optim::Optimizer> fresh;
     torch::optim::Optimizer* optimizer =
-        same_optimizer ? user_optimizer_.get() : (fresh = model::make_optimizer(s_, trainable(*target))).get();
+        same_optimizer ? user_optimizer_.get() : (fresh = model::make_optimizer(s_, subtree->trainable)).get();
     // From the user's attributes as they are before initialize: an engine that writes
-    // attributes must not move the goalposts.
-    auto expected = model::expect(target, s_.placement,
-                                  s_.config.zero_optimization.stage3_param_persistence_threshold, comm_.world_size());
-    const int64_t batch = s_.config.train_batch_size;
-    facts.batch_sizes_consistent =
-        batch == 0 || batch == s_.config.train_micro_batch_size_per_gpu * s_.config.gradient_accumulation_steps *
-                                   s_.world_size;
-    facts.placement_evaluates = std::holds_alternative<model::Expectation>(expected);
-    facts.optimizer_covers_target = covers_exactly(*optimizer, *target);
+    // attributes must not move the goalposts. A repeat the model refuses whatever the placement
+    // says needs none (the common case: scripts initialize again and again).
+    std::variant<model::Expectation, model::PlacementRefusal> expected;
+    if (!model::predict_initialize(facts)) {
+      expected = model::expect(target, s_.placement, s_.config.zero_optimization.stage3_param_persistence_threshold,
+                               comm_.world_size());
+      const int64_t batch = s_.config.train_batch_size;
+      facts.batch_sizes_consistent =
+          batch == 0 || batch == s_.config.train_micro_batch_size_per_gpu * s_.config.gradient_accumulation_steps *
+                                     s_.world_size;
+      facts.placement_evaluates = std::holds_alternative<model::Expectation>(expected);
+      facts.optimizer_covers_target = covers_exactly(*optimizer, subtree->trainable);
+    }
     const std::optional<std::string> predicted = model::predict_initialize(facts);
 
     // What a refused call must leave as it found: the attributes as they are now (deep copies,
@@ -394,7 +416,7 @@ class ScenarioRunner {
     }
     engine_ = std::move(created);
     engine_target_ = op.target;
-    engine_tree_ = std::move(new_tree);
+    engine_tree_ = &new_tree;
     engine_optimizer_ = optimizer;
     if (fresh) user_optimizer_ = std::move(fresh);  // the user holds the new optimizer now
     expectation_ = std::make_shared<const model::Expectation>(std::get<model::Expectation>(std::move(expected)));
@@ -464,10 +486,9 @@ class ScenarioRunner {
   }
 
   OpOutcome write_attr(const Op& op) {
-    auto modules = modules_by_path(model_);
     model::AttributeLedger::Entry* expected = ledger_.find(op.module, "");
     if (expected == nullptr) return skipped(fmt::format("no module '{}'", op.module));
-    Module& module = *modules.at(op.module);
+    Module& module = *modules_.at(op.module);
     zero3::AttrDict* actual = &module.attrs();
     if (!op.param.empty()) {
       expected = ledger_.find(op.module, op.param);
@@ -492,13 +513,13 @@ class ScenarioRunner {
       engine_->release();
       engine_.reset();
     }
-    engine_tree_.clear();
+    engine_tree_ = nullptr;
     engine_optimizer_ = nullptr;
     pending_ = at::Tensor();
     trace_.reset();
     // The model is the user's again: every parameter whole and equal to the twin's.
     if (twin_) {
-      const auto model_params = unique_named_parameters(modules_by_path(model_).at(engine_target_));
+      const auto model_params = unique_named_parameters(modules_.at(engine_target_));
       require(twin_->read([&](const model::DenseTwin& twin) {
         return oracles::released_parity(model_params, twin, engine_target_);
       }));
@@ -515,7 +536,7 @@ class ScenarioRunner {
     saved_optimizer_state_ = optimizer_state_fingerprint();
     if (twin_) twin_->call(TwinCall(TwinCall::Kind::save));
     auto consolidated = engine_->consolidated_state_dict();
-    const auto target = modules_by_path(model_).at(engine_target_);
+    const auto target = modules_.at(engine_target_);
     zero3::GatheredParameters gathered(*engine_, *target);
     if (comm_.rank() == 0)
       require(oracles::consolidated(*expectation_, consolidated, unique_named_parameters(target), engine_target_));
@@ -599,6 +620,8 @@ class ScenarioRunner {
   std::string dir_;
   int64_t index_ = -1;
   std::shared_ptr<Module> model_;
+  // The tree's modules by path: operations change attributes and parameter data, never the tree.
+  const std::map<std::string, std::shared_ptr<Module>> modules_;
   model::AttributeLedger ledger_;
   std::optional<TwinView> twin_;  // none when neither I3 nor I8 is checked
   std::shared_ptr<const model::Expectation> expectation_ = std::make_shared<const model::Expectation>();
@@ -607,7 +630,8 @@ class ScenarioRunner {
   std::unique_ptr<zero3::Engine> engine_;
   std::vector<std::unique_ptr<zero3::Engine>> unwanted_;  // released first, at the end (see initialize)
   std::string engine_target_;
-  std::unordered_set<const Module*> engine_tree_;
+  std::map<std::string, Subtree> subtrees_;            // subtree_at's, by path
+  const std::unordered_set<const Module*>* engine_tree_ = nullptr;  // the live engine's subtree
   at::Tensor pending_;
   std::shared_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last

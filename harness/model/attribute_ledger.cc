@@ -31,9 +31,9 @@ zero3::AttrDict deep_copy(const zero3::AttrDict& dict) {
 AttributeLedger::AttributeLedger(const std::shared_ptr<zero3::Module>& root) {
   for (const auto& [path, module] : zero3::unique_modules(root)) {
     entries_.push_back({path, "", module.get(), deep_copy(module->attrs())});
-    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
-      const zero3::AttrDict* attrs = module->find_param_attrs(item.key());
-      entries_.push_back({path, item.key(), module.get(), attrs ? deep_copy(*attrs) : zero3::AttrDict()});
+    for (const auto& item : module->own_parameters()) {
+      const zero3::AttrDict* attrs = module->find_param_attrs(item.first);
+      entries_.push_back({path, item.first, module.get(), attrs ? deep_copy(*attrs) : zero3::AttrDict()});
     }
   }
 }

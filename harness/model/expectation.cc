@@ -101,12 +101,12 @@ std::variant<Expectation, PlacementRefusal> expect(const std::shared_ptr<zero3::
   for (const auto& [path, module] : zero3::unique_modules(target)) {
     const int owner = owner_of.at(module.get());
     out.module_owner[path] = owner;
-    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& t = item.value();
+    for (const auto& item : module->own_parameters()) {
+      const at::Tensor& t = item.second;
       auto [it, fresh] = index_of.emplace(t.unsafeGetTensorImpl(), out.params.size());
       if (fresh) {
         ExpectedParam p;
-        p.path = join(path, item.key());
+        p.path = join(path, item.first);
         p.module_path = path;
         p.shape = t.sizes().vec();
         p.numel = t.numel();
