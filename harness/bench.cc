@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -61,19 +64,48 @@ void run_one(const Scenario& s, DrawProfile profile, bool checks, Pass& pass) {
 
 }  // namespace
 
+std::vector<std::vector<uint8_t>> read_corpus(const std::string& dir) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error))
+    throw zero3::UsageError("bench --corpus: '" + dir + "' is not a folder");
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  if (error) throw zero3::UsageError("bench --corpus: cannot read the folder '" + dir + "': " + error.message());
+  if (files.empty()) throw zero3::UsageError("bench --corpus: the folder '" + dir + "' holds no file");
+  std::sort(files.begin(), files.end());
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw zero3::UsageError("bench --corpus: cannot read '" + path.string() + "'");
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
+
 BenchReport run_bench(const BenchOptions& options) {
   if (options.inputs < 1) throw zero3::UsageError("bench needs at least one input, got " + std::to_string(options.inputs));
   options.limits.validate();
-  std::mt19937_64 random(options.seed);
   std::vector<Scenario> scenarios;
   BenchReport report;
-  for (int64_t i = 0; i < options.inputs; ++i) {
-    std::vector<uint8_t> bytes(std::uniform_int_distribution<size_t>(0, options.max_input_bytes)(random));
-    for (auto& b : bytes) b = static_cast<uint8_t>(random());
+  auto decode = [&](const std::vector<uint8_t>& bytes) {
     scenarios.push_back(scenario_from_bytes(bytes.data(), bytes.size(), options.limits));
     report.operations += static_cast<int64_t>(scenarios.back().ops.size());
+    report.nodes += static_cast<int64_t>(scenarios.back().tree.size());
+    report.ranks += scenarios.back().world_size;
+  };
+  if (!options.corpus.empty()) {
+    for (const auto& bytes : options.corpus) decode(bytes);
+  } else {
+    std::mt19937_64 random(options.seed);
+    for (int64_t i = 0; i < options.inputs; ++i) {
+      std::vector<uint8_t> bytes(std::uniform_int_distribution<size_t>(0, options.max_input_bytes)(random));
+      for (auto& b : bytes) b = static_cast<uint8_t>(random());
+      decode(bytes);
+    }
   }
-  report.scenarios = options.inputs;
+  report.scenarios = static_cast<int64_t>(scenarios.size());
   AtenCallCounter counter;
   Pass warm_up, checked, unchecked;
   run_one(scenarios.front(), options.limits.profile, true, warm_up);  // first-call costs inside LibTorch
@@ -111,9 +143,12 @@ nlohmann::json BenchReport::to_json(const BenchOptions& options) const {
                            {"max_ops", options.limits.max_ops}};
   return {
       {"inputs", scenarios},
-      {"seed", options.seed},
+      {"seed", options.corpus.empty() ? nlohmann::json(options.seed) : nlohmann::json(nullptr)},
+      {"corpus", options.corpus.empty() ? nlohmann::json(nullptr) : nlohmann::json(options.corpus_name)},
       {"limits", limits},
       {"operations_per_scenario", static_cast<double>(operations) / n},
+      {"nodes_per_scenario", static_cast<double>(nodes) / n},
+      {"ranks_per_scenario", static_cast<double>(ranks) / n},
       {"scenarios_per_second", n / seconds_checked},
       {"aten_calls_per_scenario", static_cast<double>(aten_calls_checked) / n},
       {"microseconds_per_aten_call", 1e6 * seconds_checked / static_cast<double>(std::max<int64_t>(aten_calls_checked, 1))},

@@ -1,6 +1,7 @@
 // `zerocheck bench`: what one fuzzer execution costs, measured as ratios in one run.
 //
-// Decodes `inputs` pseudo-random byte strings with the fuzz decoder (harness/scenario_bytes.h)
+// Decodes `inputs` pseudo-random byte strings (or the files of a fuzzer's corpus: `corpus`) with
+// the fuzz decoder (harness/scenario_bytes.h)
 // under the given limits (their profile says how a scenario runs, as the fuzz target of that
 // profile runs it: harness/interpreter/profile_options.h) and runs every scenario through the one
 // interpreter twice: with the invariant sweeps after every operation and without them. Counts ATen operator calls with a
@@ -24,10 +25,18 @@ struct BenchOptions {
   uint64_t seed = 1;
   size_t max_input_bytes = 400;
   DecodeLimits limits;
+  // When not empty: these inputs (a fuzzer's corpus, what its executions really are) instead of
+  // random ones; `inputs` and `seed` are then unused. corpus_name says where they came from.
+  std::vector<std::vector<uint8_t>> corpus;
+  std::string corpus_name;
 };
 
+// Returns the files directly inside `dir`, in name order, as bench inputs. Throws UsageError
+// naming the folder when it is not one, cannot be read, or holds no file.
+std::vector<std::vector<uint8_t>> read_corpus(const std::string& dir);
+
 struct BenchReport {
-  int64_t scenarios = 0, operations = 0;
+  int64_t scenarios = 0, operations = 0, nodes = 0, ranks = 0;  // summed over the scenarios
   double seconds_checked = 0, seconds_unchecked = 0;
   int64_t aten_calls_checked = 0, aten_calls_unchecked = 0;
   int64_t violations = 0;  // on the reference engine: must be 0

@@ -38,12 +38,15 @@ void register_bench_command(CLI::App& command, int& exit_code) {
   command.add_option("--world", narrowing->world, "fixed world size (0: decoded from the input)");
   command.add_option("--max-nodes", narrowing->max_nodes, "tree nodes at most (default: the profile's widest)");
   command.add_option("--max-ops", narrowing->max_ops, "operations at most");
+  command.add_option("--corpus", options->corpus_name,
+                     "a fuzzer's corpus folder: its files are the inputs (instead of --inputs random ones)");
   command.callback([options, narrowing, &exit_code] {
     // The profile's widest limits first, then what the user narrowed, in any order on the line.
     options->limits = DecodeLimits(profiles_by_name().at(narrowing->profile));
     if (narrowing->world) options->limits.world = *narrowing->world;
     if (narrowing->max_nodes) options->limits.max_nodes = *narrowing->max_nodes;
     if (narrowing->max_ops) options->limits.max_ops = *narrowing->max_ops;
+    if (!options->corpus_name.empty()) options->corpus = read_corpus(options->corpus_name);
     const BenchReport report = run_bench(*options);
     std::cout << report.to_json(*options).dump() << std::endl;
     // The reference engine must hold on every input; a violation here is a finding.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +74,32 @@ TEST(Cli, BenchMeasuresTheAttributesProfileAsFuzzAttrsRunsIt) {
   EXPECT_EQ(nlohmann::json::parse(run_cli("bench --inputs 2 --profile attributes").output)["limits"]["world"], "1..8");
   EXPECT_EQ(run_cli("bench --profile attributes --world 9").exit_code, 2);
   EXPECT_EQ(run_cli("bench --profile dense").exit_code, 2);
+}
+
+TEST(Cli, BenchRunsAFuzzersCorpusFolder) {
+  char dir_template[] = "/tmp/zerocheck-bench-corpus-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  // Three inputs, one of them empty: what a libFuzzer corpus folder holds.
+  for (const auto& [name, bytes] : std::array<std::pair<const char*, std::string>, 3>{
+           {{"a", ""}, {"b", std::string(40, '\x07')}, {"c", "zerocheck seed bytes of some length"}}})
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+  const CliRun run = run_cli("bench --profile attributes --corpus " + dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  EXPECT_EQ(json["inputs"], 3);
+  EXPECT_EQ(json["corpus"], dir);
+  EXPECT_TRUE(json["seed"].is_null());
+  EXPECT_GE(json["nodes_per_scenario"].get<double>(), 1);
+  EXPECT_GE(json["ranks_per_scenario"].get<double>(), 1);
+  EXPECT_LE(json["ranks_per_scenario"].get<double>(), 8);
+  for (const char* name : {"a", "b", "c"}) std::remove((dir + "/" + name).c_str());
+  const CliRun empty = run_cli("bench --corpus " + dir);
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.output.find("the folder '" + dir + "' holds no file"), std::string::npos) << empty.output;
+  ::rmdir(dir.c_str());
+  const CliRun missing = run_cli("bench --corpus " + dir);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("'" + dir + "' is not a folder"), std::string::npos) << missing.output;
 }
 
 TEST(Cli, APlantedFaultExitsOne) {
