@@ -92,6 +92,7 @@ BenchReport run_bench(const BenchOptions& options) {
   auto decode = [&](const std::vector<uint8_t>& bytes) {
     scenarios.push_back(scenario_from_bytes(bytes.data(), bytes.size(), options.limits));
     report.operations += static_cast<int64_t>(scenarios.back().ops.size());
+    for (const Op& op : scenarios.back().ops) ++report.operations_by_kind[to_string(op.kind)];
     report.nodes += static_cast<int64_t>(scenarios.back().tree.size());
     report.ranks += scenarios.back().world_size;
   };
@@ -136,6 +137,8 @@ nlohmann::json BenchReport::to_json(const BenchOptions& options) const {
   nlohmann::json top = nlohmann::json::array();
   for (const auto& [name, calls] : top_aten_calls)
     top.push_back({{"op", name}, {"calls_per_scenario", static_cast<double>(calls) / (2 * n + 1)}});
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (const auto& [kind, count] : operations_by_kind) by_kind[kind] = static_cast<double>(count) / n;
   const std::string drawn_world = "1.." + std::to_string(bounds_of(options.limits.profile).max_world);
   nlohmann::json limits = {{"profile", to_string(options.limits.profile)},
                            {"world", options.limits.world == 0 ? nlohmann::json(drawn_world) : nlohmann::json(options.limits.world)},
@@ -147,6 +150,7 @@ nlohmann::json BenchReport::to_json(const BenchOptions& options) const {
       {"corpus", options.corpus.empty() ? nlohmann::json(nullptr) : nlohmann::json(options.corpus_name)},
       {"limits", limits},
       {"operations_per_scenario", static_cast<double>(operations) / n},
+      {"operations_by_kind_per_scenario", by_kind},
       {"nodes_per_scenario", static_cast<double>(nodes) / n},
       {"ranks_per_scenario", static_cast<double>(ranks) / n},
       {"scenarios_per_second", n / seconds_checked},

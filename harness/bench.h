@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,7 @@ std::vector<std::vector<uint8_t>> read_corpus(const std::string& dir);
 
 struct BenchReport {
   int64_t scenarios = 0, operations = 0, nodes = 0, ranks = 0;  // summed over the scenarios
+  std::map<std::string, int64_t> operations_by_kind;              // likewise
   double seconds_checked = 0, seconds_unchecked = 0;
   int64_t aten_calls_checked = 0, aten_calls_unchecked = 0;
   int64_t violations = 0;  // on the reference engine: must be 0

@@ -90,6 +90,9 @@ TEST(Cli, BenchRunsAFuzzersCorpusFolder) {
   EXPECT_EQ(json["corpus"], dir);
   EXPECT_TRUE(json["seed"].is_null());
   EXPECT_GE(json["nodes_per_scenario"].get<double>(), 1);
+  double by_kind = 0;
+  for (const auto& [kind, per_scenario] : json["operations_by_kind_per_scenario"].items()) by_kind += per_scenario.get<double>();
+  EXPECT_DOUBLE_EQ(by_kind, json["operations_per_scenario"].get<double>());
   EXPECT_GE(json["ranks_per_scenario"].get<double>(), 1);
   EXPECT_LE(json["ranks_per_scenario"].get<double>(), 8);
   for (const char* name : {"a", "b", "c"}) std::remove((dir + "/" + name).c_str());
