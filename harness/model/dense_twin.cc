@@ -2,6 +2,7 @@
 // in rank order and divided by N once per backward; the engine must match it bit for bit.
 #include "harness/model/model.h"
 
+#include "engine/optimizer_rebuild.h"
 #include "harness/dense_baseline.h"
 
 #include <ATen/ATen.h>
@@ -146,6 +147,15 @@ void DenseTwin::load() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(saved_params_[i]);
   copy_state(saved_optimizer_, optimizer_->state());
   micro_steps_ = saved_micro_steps_;
+  // A load resumes training as if it had never stopped: a parameter the checkpoint's optimizer
+  // has stepped had a gradient, which zero_grad keeps as zeros, so it keeps stepping even where
+  // a backward does not reach it. A twin retargeted since (a fresh engine: no gradients yet)
+  // gets that zero gradient here, as the engine's load gives one (engine/checkpoint.cc).
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i].second;
+    if (p.requires_grad() && !accum_[i].defined() && zero3::state_numel_of(*optimizer_, p) > 0)
+      accum_[i] = at::zeros_like(p);
+  }
 }
 
 at::Tensor DenseTwin::param(const std::string& path) const {
