@@ -78,6 +78,16 @@ Violation violation(const std::string& invariant, const std::string& module_path
 // "tensor[3] max diff 0.5" or "shape [2] vs [3]", for messages.
 std::string difference(const at::Tensor& expected, const at::Tensor& actual);
 
+// Whether two tensors hold the same numbers: the same shape and, element by element, equal or
+// both NaN. For comparing two computations (the engine against the dense twin): at::equal calls
+// NaN unequal to itself, but a model that diverges does so on both sides alike.
+bool same_numbers(const at::Tensor& a, const at::Tensor& b);
+// The same for two losses.
+bool same_numbers(double a, double b);
+// Whether two tensors are the same bit for bit: dtype, shape and every byte (a NaN's payload and
+// a zero's sign included). For what must be a copy: a checkpoint round trip, a refused call.
+bool same_bits(const at::Tensor& a, const at::Tensor& b);
+
 // I1 (or `invariant`, when a refused initialize is checked for changes): every ledger entry
 // equals the live attributes, nothing added, removed or reordered.
 Result attributes(const model::AttributeLedger& ledger, const char* invariant = "I1");

@@ -11,7 +11,7 @@ namespace zerocheck::oracles {
 namespace {
 
 // Returns whether `got` holds `want`'s elements [offset, offset + got.numel()), zero past its end,
-// compared element by element with == as at::equal compares them; nothing when either is not a
+// compared element by element as same_numbers compares them; nothing when either is not a
 // contiguous fp32 CPU tensor (the caller then compares with ATen). This runs for every
 // parameter after every operation, and building the expected shard with ATen took a quarter of
 // a fuzz input's operator calls.
@@ -24,7 +24,7 @@ std::optional<bool> holds_slice(const at::Tensor& got, const at::Tensor& want, i
   const float* w = want.data_ptr<float>();
   const int64_t n = want.numel();
   for (int64_t i = 0, k = offset; i < got.numel(); ++i, ++k)
-    if (!(g[i] == (k < n ? w[k] : 0.0f))) return false;
+    if (!same_numbers(g[i], k < n ? w[k] : 0.0f)) return false;
   return true;
 }
 
@@ -50,7 +50,7 @@ Result parity(const model::Expectation& expected, const model::DenseTwin& twin,
     } else {
       want = model::expected_shard(dense.detach(), world_size, rank);
     }
-    if (got.sizes() != want.sizes() || !at::equal(got.cpu(), want))
+    if (!same_numbers(got, want))
       return violation("I3", target, e.path, "the dense twin's values (padding zero)", difference(want, got),
                        "this rank's copy differs from the dense twin");
     return std::nullopt;
@@ -58,7 +58,7 @@ Result parity(const model::Expectation& expected, const model::DenseTwin& twin,
 }
 
 Result loss_parity(double dense, double engine, const std::string& target) {
-  if (dense == engine) return std::nullopt;
+  if (same_numbers(dense, engine)) return std::nullopt;
   return violation("I3", target, "loss", fmt::format("{:.17g}", dense), fmt::format("{:.17g}", engine),
                    "the loss differs from the dense twin's");
 }
@@ -69,7 +69,7 @@ Result released_parity(const std::vector<std::pair<std::string, at::Tensor>>& mo
     const at::Tensor dense = twin.param(path);
     if (!dense.defined())
       return violation("I3", target, path, "<no such parameter>", "in the model", "the dense twin lacks a parameter");
-    if (p.sizes() != dense.sizes() || !at::equal(p.detach().cpu(), dense.detach()))
+    if (!same_numbers(p, dense))
       return violation("I3", target, path, "the dense twin's values", difference(dense, p),
                        "after release the model's parameter differs from the dense twin");
   }

@@ -29,7 +29,7 @@ Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
     return violation("I5", "", "", std::to_string(masters_before.size()) + " parameters",
                      std::to_string(observed_after.size()), "a refused initialize changed the live engine's parameters");
   for (size_t i = 0; i < masters_before.size(); ++i)
-    if (!at::equal(observed_after[i].master.detach(), masters_before[i]))
+    if (!same_bits(observed_after[i].master, masters_before[i]))
       return violation("I5", "", observed_after[i].path, "unchanged shard", "changed",
                        "a refused initialize changed the live engine's shard");
   return std::nullopt;

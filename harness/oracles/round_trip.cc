@@ -14,12 +14,11 @@ Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor
                      fmt::format("{} shards", observed_after.size()), "load changed which parameters exist");
   for (size_t i = 0; i < saved_masters.size(); ++i) {
     const at::Tensor now = observed_after[i].master.detach();
-    if (now.sizes() != saved_masters[i].sizes() || !at::equal(now, saved_masters[i]))
+    if (!same_bits(now, saved_masters[i]))
       return violation("I6", target, observed_after[i].path, "the saved shard", difference(saved_masters[i], now),
                        "load did not restore the shard bit-exactly");
   }
-  if (optimizer_state_after.sizes() != saved_optimizer_state.sizes() ||
-      !at::equal(optimizer_state_after, saved_optimizer_state))
+  if (!same_bits(optimizer_state_after, saved_optimizer_state))
     return violation("I6", target, "optimizer", fmt::format("{} state elements", saved_optimizer_state.numel()),
                      fmt::format("{} state elements", optimizer_state_after.numel()),
                      "load did not restore the optimizer state bit-exactly");
@@ -44,7 +43,7 @@ Result resharded(const std::vector<WholeParam>& here, const std::vector<WholePar
     if (a.path != b.path)
       return violation("I6", target, a.path, a.path, b.path,
                        fmt::format("parameter {} {} is another one", i, loaded_by));
-    if (a.value.sizes() != b.value.sizes() || !at::equal(a.value, b.value))
+    if (!same_bits(a.value, b.value))
       return violation("I6", target, a.path, "the parameter " + saved_by + " loaded", difference(a.value, b.value),
                        fmt::format("the checkpoint {} differs from the one {} loaded", loaded_by, saved_by));
     if (a.has_state != b.has_state || a.state.size() != b.state.size())
@@ -55,8 +54,7 @@ Result resharded(const std::vector<WholeParam>& here, const std::vector<WholePar
     for (size_t f = 0; f < a.state.size(); ++f) {
       const at::Tensor& x = a.state[f];
       const at::Tensor& y = b.state[f];
-      if (x.defined() != y.defined() ||
-          (x.defined() && (x.sizes() != y.sizes() || x.scalar_type() != y.scalar_type() || !at::equal(x, y))))
+      if (!same_bits(x, y))
         return violation("I6", target, a.path, fmt::format("optimizer state field {}", f),
                          x.defined() && y.defined() ? difference(x, y) : (y.defined() ? "present" : "<none>"),
                          fmt::format("the optimizer state {} differs from the one {} loaded", loaded_by, saved_by));
@@ -76,7 +74,7 @@ Result consolidated(const model::Expectation& expected, const std::map<std::stri
     if (it == consolidated.end())
       return violation("I6", target, path, "the gathered parameter", "<missing>",
                        "the consolidated state dict lacks a parameter");
-    if (it->second.sizes() != p.sizes() || !at::equal(it->second, p.detach().cpu()))
+    if (!same_bits(it->second, p))
       return violation("I6", target, path, "the gathered parameter", difference(p, it->second),
                        "the consolidated state dict differs from the gathered parameter");
   }

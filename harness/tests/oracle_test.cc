@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -61,6 +62,29 @@ model::Expectation expectation_of(const std::shared_ptr<zero3::Module>& root, co
   auto e = model::expect(root, spec, threshold, world);
   EXPECT_TRUE(std::holds_alternative<model::Expectation>(e));
   return std::get<model::Expectation>(e);
+}
+
+// Parity compares two computations as numbers (a NaN matches a NaN: a model that diverges does
+// so on both sides alike); round trips and refused calls compare copies bit for bit.
+TEST(Oracles, TensorsAreComparedAsNumbersOrBitForBit) {
+  const double nan = std::nan("");
+  const at::Tensor with_nan = at::tensor({1.0f, static_cast<float>(nan), 0.0f});
+  const at::Tensor negative_zero = at::tensor({1.0f, static_cast<float>(nan), -0.0f});
+  EXPECT_FALSE(at::equal(with_nan, with_nan.clone())) << "at::equal changed its mind about NaN";
+  EXPECT_TRUE(oracles::same_numbers(with_nan, with_nan.clone()));
+  EXPECT_TRUE(oracles::same_numbers(with_nan, negative_zero));  // -0 == +0 as numbers
+  EXPECT_FALSE(oracles::same_numbers(with_nan, at::tensor({1.0f, 2.0f, 0.0f})));
+  EXPECT_FALSE(oracles::same_numbers(at::tensor({1.0f, 2.0f, 0.0f}), with_nan));
+  EXPECT_FALSE(oracles::same_numbers(with_nan, with_nan.narrow(0, 0, 2)));
+  EXPECT_TRUE(oracles::same_numbers(nan, nan));
+  EXPECT_FALSE(oracles::same_numbers(nan, 0.5));
+  EXPECT_TRUE(oracles::same_bits(with_nan, with_nan.clone()));
+  EXPECT_FALSE(oracles::same_bits(with_nan, negative_zero));  // a zero's sign is a bit
+  EXPECT_FALSE(oracles::same_bits(with_nan, with_nan.to(at::kDouble)));
+  EXPECT_FALSE(oracles::same_bits(with_nan, with_nan.view({3, 1})));
+  EXPECT_FALSE(oracles::same_bits(with_nan, at::Tensor()));
+  EXPECT_TRUE(oracles::same_bits(at::Tensor(), at::Tensor()));
+  EXPECT_TRUE(oracles::same_bits(at::arange(6.0f).view({2, 3}).t(), at::arange(6.0f).view({2, 3}).t().contiguous()));
 }
 
 TEST(Oracles, TheLedgerKeepsItsOwnCopyOfTensorAttributes) {
