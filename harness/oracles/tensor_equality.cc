@@ -22,6 +22,7 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
   if (!a.defined()) return true;
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  if (a.numel() == 0) return true;  // no bytes (and data_ptr() may be null: memcmp must not see it)
   const at::Tensor x = a.detach().cpu().contiguous(), y = b.detach().cpu().contiguous();
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
 }

@@ -84,6 +84,8 @@ TEST(Oracles, TensorsAreComparedAsNumbersOrBitForBit) {
   EXPECT_FALSE(oracles::same_bits(with_nan, with_nan.view({3, 1})));
   EXPECT_FALSE(oracles::same_bits(with_nan, at::Tensor()));
   EXPECT_TRUE(oracles::same_bits(at::Tensor(), at::Tensor()));
+  EXPECT_TRUE(oracles::same_bits(at::empty({0}), at::empty({0})));  // no bytes to compare
+  EXPECT_FALSE(oracles::same_bits(at::empty({0}), at::empty({0, 2})));
   EXPECT_TRUE(oracles::same_bits(at::arange(6.0f).view({2, 3}).t(), at::arange(6.0f).view({2, 3}).t().contiguous()));
 }
 
