@@ -77,6 +77,7 @@ std::vector<std::vector<uint8_t>> read_corpus(const std::string& dir) {
   std::vector<std::vector<uint8_t>> out;
   for (const auto& path : files) {
     std::ifstream in(path, std::ios::binary);
+    if (!in) throw zero3::UsageError("bench --corpus: cannot open '" + path.string() + "'");
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) throw zero3::UsageError("bench --corpus: cannot read '" + path.string() + "'");
     out.push_back(std::move(bytes));
