@@ -142,15 +142,21 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& client_s
                                                           param_options_value(*s.optimizer, p->master)}));
   }
   const std::string file = (fs::path(staging) / rank_file_name(rank, world)).string();
+  // The checksum and size of the bytes this rank meant to write: the manifest carries them, so
+  // a file damaged on its way to the disk is caught at load, and rank 0 reads nobody's file.
+  at::Tensor written = at::empty({2}, at::kLong);
   try {
     const std::vector<char> bytes = torch::pickle_save(c10::ivalue::Tuple::create(
         Elements{std::string(kCheckpointFormat), int64_t{world}, int64_t{rank}, s.micro_steps, entries}));
     durable::write_file(file, bytes);
+    written.data_ptr<int64_t>()[0] = crc32c(bytes.data(), bytes.size());
+    written.data_ptr<int64_t>()[1] = static_cast<int64_t>(bytes.size());
   } catch (const std::exception& e) {
     throw failure(e.what());
   }
   point("rank-file");
-  s.comm.barrier();  // every rank file is on disk
+  at::Tensor every_written = at::empty({2 * world}, at::kLong);
+  s.comm.all_gather(written, every_written);  // and every rank file is on disk
 
   if (rank == 0) {
     try {
@@ -168,10 +174,12 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& client_s
           if (const auto shard = written_by(*p, r)) mp.shards.push_back(*shard);
         m.params.push_back(std::move(mp));
       }
+      const int64_t* checksums = every_written.data_ptr<int64_t>();
       for (int r = 0; r < world; ++r) {
         ManifestFile f;
         f.name = rank_file_name(r, world);
-        f.crc32c = crc32c_of_file((fs::path(staging) / f.name).string(), &f.bytes);
+        f.crc32c = static_cast<uint32_t>(checksums[2 * r]);
+        f.bytes = static_cast<uint64_t>(checksums[2 * r + 1]);
         m.files.push_back(f);
       }
       const std::string text = m.to_json();

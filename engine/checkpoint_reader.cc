@@ -10,20 +10,23 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace zero3 {
 namespace {
 
 namespace fs = std::filesystem;
 
+// The whole file, read once: its checksum and its parse both use these bytes.
 std::vector<char> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
   if (!in) throw CheckpointError(file + ": missing or unreadable");
-  std::ostringstream out;
-  out << in.rdbuf();
-  const std::string text = out.str();
-  return std::vector<char>(text.begin(), text.end());
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw CheckpointError(file + ": cannot tell its size");
+  std::vector<char> bytes(static_cast<size_t>(size));
+  in.seekg(0);
+  if (!in.read(bytes.data(), size) || in.peek() != std::char_traits<char>::eof())
+    throw CheckpointError(file + ": read error (changed while being read?)");
+  return bytes;
 }
 
 std::string hex(uint32_t value) {
@@ -79,12 +82,11 @@ void check_options(const c10::IValue& options, const std::string& what) {
     if (!v.isInt() && !v.isDouble() && !v.isBool()) throw CheckpointError(what + " holds a " + v.tagKind());
 }
 
-// Reads rank `rank`'s file (already checksummed) and files its pieces under `out`.
-void read_rank_file(const std::string& file, int rank, const CheckpointManifest& m,
+// Parses rank `rank`'s file from its `bytes` (already checksummed) and files its pieces under `out`.
+void read_rank_file(const std::string& file, const std::vector<char>& bytes, int rank, const CheckpointManifest& m,
                     std::vector<std::vector<CheckpointPiece>>& out) {
   c10::IValue saved;
   try {
-    const std::vector<char> bytes = read_bytes(file);
     check_zip_archive(bytes, file);  // LibTorch's reader leaks when its constructor throws
     saved = torch::pickle_load(bytes);
   } catch (const CheckpointError&) {
@@ -155,11 +157,13 @@ LoadedCheckpoint read_checkpoint(const std::string& dir) {
   const CheckpointManifest& m = out.manifest;
   // Every file's size and checksum before any of them is parsed: a damaged byte is named as
   // damage, not as whatever the unpickler makes of it.
+  std::vector<std::vector<char>> contents;
   for (const ManifestFile& f : m.files) {
     const std::string file = (fs::path(dir) / f.name).string();
     if (!fs::exists(file)) throw CheckpointError(file + ": missing (the manifest lists it)");
-    uint64_t bytes = 0;
-    const uint32_t crc = crc32c_of_file(file, &bytes);
+    contents.push_back(read_bytes(file));
+    const uint64_t bytes = contents.back().size();
+    const uint32_t crc = crc32c(contents.back().data(), contents.back().size());
     if (bytes != f.bytes)
       throw CheckpointError(file + ": " + std::to_string(bytes) + " bytes, the manifest says " +
                             std::to_string(f.bytes) + (bytes < f.bytes ? " (truncated, or another file)" : " (grown, or another file)"));
@@ -169,7 +173,7 @@ LoadedCheckpoint read_checkpoint(const std::string& dir) {
   }
   out.pieces.assign(m.params.size(), {});
   for (size_t r = 0; r < m.files.size(); ++r)
-    read_rank_file((fs::path(dir) / m.files[r].name).string(), static_cast<int>(r), m, out.pieces);
+    read_rank_file((fs::path(dir) / m.files[r].name).string(), contents[r], static_cast<int>(r), m, out.pieces);
   return out;
 }
 

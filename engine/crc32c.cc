@@ -8,6 +8,10 @@
 #include <fstream>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace zero3 {
 namespace {
 
@@ -30,11 +34,40 @@ uint32_t reflected_crc(const Table& table, const void* data, size_t size, uint32
   return ~crc;
 }
 
+#if defined(__x86_64__)
+// SSE 4.2's crc32 instruction computes exactly this checksum, eight bytes at a time: about ten
+// times the table's speed, and every checkpoint load checksums every rank file.
+__attribute__((target("sse4.2"))) uint32_t instruction_crc32c(const void* data, size_t size, uint32_t crc) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  uint64_t c = ~crc;
+  for (; size >= 8; size -= 8, bytes += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes, sizeof word);
+    c = _mm_crc32_u64(c, word);
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  for (; size > 0; --size, ++bytes) c32 = _mm_crc32_u8(c32, *bytes);
+  return ~c32;
+}
+
+bool has_crc32c_instruction() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
+uint32_t crc32c_by_table(const void* data, size_t size, uint32_t crc) {
   static const Table table = make_table(0x82F63B78u);
   return reflected_crc(table, data, size, crc);
+}
+
+uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
+#if defined(__x86_64__)
+  if (has_crc32c_instruction()) return instruction_crc32c(data, size, crc);
+#endif
+  return crc32c_by_table(data, size, crc);
 }
 
 uint32_t crc32_zip(const void* data, size_t size, uint32_t crc) {

@@ -20,17 +20,19 @@ std::string range_text(int64_t lo, int64_t hi) {
   return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
 
-// Finds the first key written twice in one object, with its path, while nlohmann parses.
+// Finds the first key written twice in one object, with its path, while nlohmann parses. The
+// path is put together only for that key: every checkpoint load parses a manifest, and making
+// a path string for every object and array cost more than the rest of the parse.
 class DuplicateFinder {
  public:
   bool on_event(json::parse_event_t event, const json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: frames_.push_back({true, child_path(), {}, {}, 0}); break;
-      case json::parse_event_t::array_start: frames_.push_back({false, child_path(), {}, {}, 0}); break;
+      case json::parse_event_t::object_start: frames_.push_back({true, {}, {}, 0}); break;
+      case json::parse_event_t::array_start: frames_.push_back({false, {}, {}, 0}); break;
       case json::parse_event_t::key: {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second && duplicate_.empty()) duplicate_ = key_path(top.path, top.key);
+        if (!top.keys.insert(top.key).second && duplicate_.empty()) duplicate_ = key_path(path_of_top(), top.key);
         break;
       }
       case json::parse_event_t::object_end:
@@ -47,15 +49,17 @@ class DuplicateFinder {
  private:
   struct Frame {
     bool object;
-    std::string path;
     std::set<std::string> keys;
     std::string key;    // object: the key whose value comes next
     size_t index;       // array: the index of the next item
   };
-  std::string child_path() const {
-    if (frames_.empty()) return "$";
-    const Frame& top = frames_.back();
-    return top.object ? key_path(top.path, top.key) : index_path(top.path, top.index);
+  // The path of the innermost open object or array: each enclosing one is at the key or index
+  // that leads to the next.
+  std::string path_of_top() const {
+    std::string path = "$";
+    for (size_t i = 0; i + 1 < frames_.size(); ++i)
+      path = frames_[i].object ? key_path(path, frames_[i].key) : index_path(path, frames_[i].index);
+    return path;
   }
   void finished_item() {
     if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;

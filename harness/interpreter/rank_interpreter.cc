@@ -586,8 +586,7 @@ class ScenarioRunner {
       config.train_batch_size = config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * m;
     std::vector<oracles::WholeParam> there;
     std::string failure;
-    // Its own thread: a fiber's stack is small, and the world's rank 0 runs on the calling thread.
-    std::thread host([&] {
+    auto side_world = [&] {
       try {
         WorldOptions world;
         world.world_size = m;
@@ -604,8 +603,16 @@ class ScenarioRunner {
       } catch (const std::exception& e) {
         failure = e.what();
       }
-    });
-    host.join();
+    };
+    // The side world's rank 0 runs on the calling thread (its other ranks on idle rank threads,
+    // world.cc), which then gets its own LibTorch state back: creating a thread for it cost more
+    // than the load. A fiber's stack is small, though, so from a fiber it gets a thread.
+    if (options_.ranks_as_fibers) {
+      std::thread host(side_world);
+      host.join();
+    } else {
+      side_world();
+    }
     if (!failure.empty())
       require(oracles::violation("I6", engine_target_, "", fmt::format("a world of {} loads the checkpoint", m),
                                  failure, fmt::format("the checkpoint of {} ranks does not load into {}",
