@@ -14,6 +14,7 @@
 #include "engine/errors.h"
 #include "engine/internal/durable_dir.h"
 #include "engine/internal/engine_state.h"
+#include "engine/internal/flat_copy.h"
 #include "engine/optimizer_rebuild.h"
 
 #include <ATen/ATen.h>
@@ -51,7 +52,8 @@ std::optional<ManifestShard> written_by(const ManagedParam& p, int rank) {
 
 // Returns the first `n` elements of `t` flattened, as a CPU float32 copy.
 at::Tensor real_elements(const at::Tensor& t, int64_t n) {
-  return t.detach().reshape({-1}).narrow(0, 0, n).to(at::kCPU, at::kFloat).clone();
+  const bool host_floats = t.device().is_cpu() && t.scalar_type() == at::kFloat;
+  return flat_copy_then_zeros(host_floats ? t : t.detach().to(at::kCPU, at::kFloat), 0, n, n);
 }
 
 c10::IValue cut_state(const c10::IValue& state, int64_t n) {
