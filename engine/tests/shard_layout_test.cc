@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 namespace zero3 {
 namespace {
 
@@ -31,6 +33,24 @@ TEST(ShardLayout, ShardsConcatenateToThePaddedTensorWithZeroPadding) {
   EXPECT_TRUE(at::equal(joined.narrow(0, 0, 13), full));
   EXPECT_TRUE(at::equal(joined.narrow(0, 13, 3), at::zeros({3})));
   EXPECT_EQ(layout.real_in_shard(3), 1);
+}
+
+// The padding is written, not inherited: each copy goes where a tensor of NaNs of its size
+// just was (the allocator hands a freed block of that size back; kilobytes, so no bookkeeping
+// object takes it first), so a copy that skipped the zeros shows.
+TEST(ShardLayout, PaddingIsZeroEvenInReusedMemory) {
+  const auto layout = ShardLayout::of(3001, 4);  // chunk 751: rank 3 holds 748 real, 3 padding
+  const at::Tensor full = at::arange(1, 3002, at::kFloat);
+  for (int round = 0; round < 4; ++round) {
+    { at::Tensor junk = at::full({layout.chunk()}, NAN); }
+    const at::Tensor last = layout.shard_of(full, 3);
+    EXPECT_TRUE(at::equal(last.narrow(0, 0, 748), full.narrow(0, 2253, 748)));
+    EXPECT_TRUE(at::equal(last.narrow(0, 748, 3), at::zeros({3}))) << last.narrow(0, 748, 3);
+    { at::Tensor junk = at::full({layout.padded_numel()}, NAN); }
+    const at::Tensor padded = layout.pad(full);
+    EXPECT_TRUE(at::equal(padded.narrow(0, 0, 3001), full));
+    EXPECT_TRUE(at::equal(padded.narrow(0, 3001, 3), at::zeros({3}))) << padded.narrow(0, 3001, 3);
+  }
 }
 
 TEST(ParamStatus, OnlyTheScheduleOrderIsLegal) {
