@@ -22,7 +22,7 @@ bool same_numbers_in(const at::Tensor& x, const at::Tensor& y) {
   const T* a = x.data_ptr<T>();
   const T* b = y.data_ptr<T>();
   for (int64_t i = 0, n = x.numel(); i < n; ++i)
-    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+    if (!same_numbers(static_cast<double>(a[i]), static_cast<double>(b[i]))) return false;  // one NaN rule
   return true;
 }
 
