@@ -12,7 +12,7 @@
 # Writes to $OUT, for every target T named by a zerocheck_fuzz_target(T ...) call:
 #   fuzz_T                  the libFuzzer binary (its RPATH is $ORIGIN/lib)
 #   fuzz_T_seed_corpus.zip  fuzz/corpus/T/ and fuzz/regressions/T/ (the latter as regression-*)
-#   fuzz_T.dict             the dictionary generated at build time (fuzz/zerocheck.dict)
+#   fuzz_T.dict             the dictionary generated at build time (zerocheck.dict in the build's fuzz/)
 #   fuzz_T.options          [libfuzzer] flags: the dictionary, timeout, memory limit, and for
 #                           the scenario targets the full input length from the start
 # and lib/: every shared library the binaries load except glibc's (LibTorch and the rest come

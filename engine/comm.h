@@ -32,7 +32,7 @@ namespace zero3 {
 // a collective then throws CommError instead of waiting for its timeout.
 //
 // Ranks that are processes cannot share one: `watch_remote` adds a poll (a key in the world's
-// store, harness/process) that tripped() consults at most every 50 ms, so a rank waiting in a
+// store, harness/world/process_world.h) that tripped() consults at most every 50 ms, so a rank waiting in a
 // collective learns within that time that a peer process failed, died or hung.
 class AbortSignal {
  public:
@@ -64,7 +64,7 @@ struct CommOptions {
   std::chrono::milliseconds timeout{30000};
   std::shared_ptr<AbortSignal> abort = std::make_shared<AbortSignal>();
   // LocalComm only. When set, a rank waiting for its peers calls it instead of blocking: the
-  // ranks are fibers of one thread (harness/fiber_world.h) and `yield` runs the others.
+  // ranks are fibers of one thread (harness/world/fiber_world.h) and `yield` runs the others.
   std::function<void()> yield;
   // Test hook: runs on entry to every collective with its name, before any data moves (the
   // process-world tests kill or hang a rank there, in the middle of an operation).

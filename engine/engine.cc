@@ -14,6 +14,7 @@
 
 #include <exception>
 #include <functional>
+#include <limits>
 #include <unordered_set>
 
 namespace zero3 {
@@ -209,6 +210,8 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
           std::make_unique<GradientReadyHook>(state, p.get()));
     }
     state->partitioner.partition(*p);
+    if (options.fault == Fault::hidden_shard_copy && !p->persistent && !p->placed())
+      state->hidden_copies.push_back(p->master.detach().clone());  // the planted fault: unlisted
   }
 
   state->optimizer = rebuild_optimizer(optimizer, [&](const at::Tensor& user_param) {
@@ -282,6 +285,14 @@ void Engine::step() {
   for (auto& p : state_->params)
     if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
   state_->optimizer->step();
+  if (state_->options.fault == Fault::nan_after_step && state_->comm.rank() == 0) {
+    at::NoGradGuard no_grad;
+    for (auto& p : state_->params)
+      if (!p->persistent && !p->placed() && p->master.numel() > 0) {
+        p->master.view({-1})[0].fill_(std::numeric_limits<float>::quiet_NaN());  // the planted fault
+        break;
+      }
+  }
 }
 
 void Engine::zero_grad() {

@@ -5,8 +5,10 @@
 // bug. Messages name the culprit: the JSON path, the module path and attribute, the rank.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace zero3 {
 
@@ -46,5 +48,36 @@ class Error : public std::runtime_error {
   };
 ZERO3_ERROR_KINDS(ZERO3_DECLARE_ERROR)
 #undef ZERO3_DECLARE_ERROR
+
+// Returns the table's name of the error class E: kind_name<AlreadyInitialized>() is
+// "AlreadyInitialized", so code that names a kind cannot drift from the classes.
+template <class E>
+constexpr const char* kind_name();
+#define ZERO3_KIND_NAME(name, doc) \
+  template <>                      \
+  constexpr const char* kind_name<name>() { return #name; }
+ZERO3_ERROR_KINDS(ZERO3_KIND_NAME)
+#undef ZERO3_KIND_NAME
+
+// Returns the table's name for the kind of `e` ("AlreadyInitialized", ...), "Error" for a
+// zero3::Error of no listed kind, and "" for an exception outside the hierarchy. The one way an
+// error kind becomes a string: oracles, reports and worlds of processes all call this.
+inline const char* error_kind(const std::exception& e) {
+#define ZERO3_ERROR_KIND_OF(name, doc) \
+  if (dynamic_cast<const name*>(&e) != nullptr) return #name;
+  ZERO3_ERROR_KINDS(ZERO3_ERROR_KIND_OF)
+#undef ZERO3_ERROR_KIND_OF
+  return dynamic_cast<const Error*>(&e) != nullptr ? "Error" : "";
+}
+
+// Throws the error of kind `kind` (a name error_kind returns) with message `what`: how an error
+// that crossed a process boundary as its kind and text is raised again as itself.
+[[noreturn]] inline void throw_error_of_kind(std::string_view kind, const std::string& what) {
+#define ZERO3_THROW_KIND(name, doc) \
+  if (kind == #name) throw name(what);
+  ZERO3_ERROR_KINDS(ZERO3_THROW_KIND)
+#undef ZERO3_THROW_KIND
+  throw Error(what);
+}
 
 }  // namespace zero3

@@ -6,7 +6,7 @@
 // copies, used in turn, so a rank that runs ahead never overwrites one a peer still reads).
 //
 // Thread-safety: the group is shared by its N rank threads; each LocalComm by one thread. With
-// CommOptions::yield set, the ranks are fibers of one thread instead (harness/fiber_world.h).
+// CommOptions::yield set, the ranks are fibers of one thread instead (harness/world/fiber_world.h).
 #pragma once
 
 #include "engine/comm.h"

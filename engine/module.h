@@ -61,7 +61,7 @@ class ForwardInterceptor {
 
 // Installs `interceptor` for module calls made on this thread while the scope lives.
 // The interceptor in force on this thread. A scheduler that runs several ranks on one thread
-// (harness/fiber_world.h) switches it with the rank, as it switches LibTorch's thread-local state.
+// (harness/world/fiber_world.h) switches it with the rank, as it switches LibTorch's thread-local state.
 ForwardInterceptor* current_forward_interceptor();
 void set_current_forward_interceptor(ForwardInterceptor* interceptor);
 

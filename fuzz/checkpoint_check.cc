@@ -7,9 +7,9 @@
 #include "engine/errors.h"
 #include "engine/local_comm.h"
 #include "engine/optimizer_rebuild.h"
-#include "harness/dense_baseline.h"
-#include "harness/engine_snapshot.h"
-#include "harness/models.h"
+#include "engine/testing/training.h"
+#include "engine/testing/engine_snapshot.h"
+#include "engine/testing/models.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

@@ -1,6 +1,6 @@
 #include "fuzz/scenario_json_check.h"
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// The scenario_json target's check: any bytes -> parse_scenario (harness/scenario.h).
+// The scenario_json target's check: any bytes -> parse_scenario (harness/scenario/scenario.h).
 //
 // Holds when the text parses or is refused with ScenarioError; any other exception is a finding.
 // A scenario that parses must survive write -> read -> write unchanged:

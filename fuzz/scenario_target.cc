@@ -1,10 +1,10 @@
 #include "fuzz/scenario_target.h"
 
 #include "engine/errors.h"
-#include "harness/check.h"
+#include "harness/tools/check.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/interpreter/profile_options.h"
-#include "harness/scenario_bytes.h"
+#include "harness/scenario/bytes.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -74,7 +74,7 @@ DecodeLimits limits_from_environment(const ScenarioTarget& target) {
       throw zero3::UsageError(fmt::format("{}='{}' is not a whole number in {}..{}", variable, text, low, high));
     field = static_cast<std::decay_t<decltype(field)>>(value);
   };
-  read("ZEROCHECK_FUZZ_WORLD", 1, widest.max_world, limits.world);
+  read("ZEROCHECK_FUZZ_WORLD", 1, kMaxFixedWorld, limits.world);
   read("ZEROCHECK_FUZZ_MAX_NODES", 1, static_cast<int64_t>(widest.max_nodes), limits.max_nodes);
   read("ZEROCHECK_FUZZ_MAX_OPS", 0, static_cast<int64_t>(widest.max_ops), limits.max_ops);
   limits.validate();

@@ -1,4 +1,4 @@
-// The targets that decode bytes into a Scenario (harness/scenario_bytes.h) and run it through the
+// The targets that decode bytes into a Scenario (harness/scenario/bytes.h) and run it through the
 // one interpreter (harness/interpreter/interpreter.h) on LocalComm ranks:
 //
 //  - scenario_ops: the whole language (DrawProfile::training), every oracle, I1..I8, after every
@@ -14,9 +14,9 @@
 
 #include "engine/faults.h"
 #include "fuzz/finding.h"
-#include "harness/scenario.h"
-#include "harness/scenario_bytes.h"
-#include "harness/verdict.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/bytes.h"
+#include "harness/interpreter/interpreter.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -55,9 +55,9 @@ std::optional<Finding> finding_of(const ScenarioTarget& target, const OpsRun& ru
 // Throws zero3::UsageError listing every engine name for an unknown one.
 zero3::Fault engine_from_environment();
 
-// Returns the target's decode limits from ZEROCHECK_FUZZ_WORLD, ZEROCHECK_FUZZ_MAX_NODES and
-// ZEROCHECK_FUZZ_MAX_OPS, within the profile's bounds (scenario_ops: 1..4, 1..12, 0..64; attrs:
-// 1..8, 1..64, 0..64); an unset variable keeps the widest. Throws zero3::UsageError naming the
+// Returns the target's decode limits from ZEROCHECK_FUZZ_WORLD (a fixed world, 1..8 for either
+// profile), ZEROCHECK_FUZZ_MAX_NODES and ZEROCHECK_FUZZ_MAX_OPS, within the profile's bounds
+// (scenario_ops: 1..12, 0..64; attrs: 1..64, 0..64); an unset variable keeps the widest. Throws zero3::UsageError naming the
 // variable and its range for a value that is not a number in range.
 DecodeLimits limits_from_environment(const ScenarioTarget& target);
 

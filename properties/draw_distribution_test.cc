@@ -1,5 +1,5 @@
 // The rapidcheck generators and the fuzz decoder draw the same language with the same
-// distribution: draw_scenario (harness/draw/) over an RcChooser and over an FdpChooser fed
+// distribution: draw_scenario (harness/scenario/draw/) over an RcChooser and over an FdpChooser fed
 // uniform random bytes, N scenarios each, compared classifier by classifier.
 //
 // Both runs cap the operation list at the same max_ops with budgets that reach it (the RcChooser's
@@ -7,9 +7,9 @@
 // drawing operation units, does not enter; every other choice comes from one table.
 #include <gtest/gtest.h>
 
-#include "harness/draw/draw_scenario.h"
-#include "harness/draw/fdp_chooser.h"
-#include "harness/draw/rc_chooser.h"
+#include "harness/scenario/draw/draw_scenario.h"
+#include "harness/scenario/draw/fdp_chooser.h"
+#include "harness/scenario/draw/rc_chooser.h"
 
 #include <fmt/format.h>
 #include <rapidcheck.h>

@@ -1,10 +1,10 @@
 // The reshard property: for any model of the train set, optimizer, persistence threshold and
 // world sizes N, M in 1..8, training K steps at N, saving, loading at M and training on is
-// bit-identical to the dense twin (harness/reshard_check.h). The case table in
-// engine/tests/reshard_test.cc pins the pairs CI must always see; this explores the rest.
+// bit-identical to the dense twin (harness/tools/reshard_check.h). The case table in
+// harness/tests/reshard_test.cc pins the pairs CI must always see; this explores the rest.
 #include <gtest/gtest.h>
 
-#include "harness/reshard_check.h"
+#include "harness/tools/reshard_check.h"
 
 #include <string>
 #include <rapidcheck.h>

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "harness/fault_under_test.h"
-#include "harness/generators.h"
+#include "engine/testing/fault_under_test.h"
+#include "harness/scenario/generators.h"
 #include "harness/interpreter/interpreter.h"
 
 namespace zerocheck {

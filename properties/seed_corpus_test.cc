@@ -1,7 +1,7 @@
 // The scenario_ops seed corpus (fuzz/corpus/scenario_ops/): what it must kill, and how it is made.
 //
-// The seeds are byte strings, so they mean what the decoder (harness/scenario_bytes.h over
-// harness/draw/) makes of them: a change to the draw changes every seed's scenario. This test
+// The seeds are byte strings, so they mean what the decoder (harness/scenario/bytes.h over
+// harness/scenario/draw/) makes of them: a change to the draw changes every seed's scenario. This test
 // replays each seed on the reference engine and on every fault of engine/faults.h and requires
 // the corpus to kill every fault but those listed in kNotKilledBySeeds; when the draw changes and
 // it fails, regenerate the corpus (SeedCorpus.DISABLED_Regenerate below) rather than editing seeds:
@@ -13,7 +13,7 @@
 
 #include "engine/faults.h"
 #include "harness/interpreter/interpreter.h"
-#include "harness/scenario_bytes.h"
+#include "harness/scenario/bytes.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -7,8 +7,8 @@
 #include <rapidcheck/state.h>
 
 #include "engine/local_comm.h"
-#include "harness/collision_names.h"
-#include "harness/fault_under_test.h"
+#include "harness/scenario/collision_names.h"
+#include "engine/testing/fault_under_test.h"
 #include "harness/interpreter/interpreter.h"
 
 namespace zerocheck {
@@ -106,8 +106,8 @@ struct Initialize : Command {
     op.target = target;
     const OpOutcome outcome = sut.apply(op);
     using Status = OpOutcome::Status;
-    if (refused(m)) RC_ASSERT(outcome.status == Status::refused && outcome.refused_with == "AlreadyInitialized");
-    else if (mismatched(m)) RC_ASSERT(outcome.status == Status::refused && outcome.refused_with == "OptimizerMismatch");
+    if (refused(m)) RC_ASSERT(outcome.status == Status::refused && outcome.error_kind == "AlreadyInitialized");
+    else if (mismatched(m)) RC_ASSERT(outcome.status == Status::refused && outcome.error_kind == "OptimizerMismatch");
     else RC_ASSERT(outcome.status == Status::applied);
   }
   void show(std::ostream& os) const override { os << "initialize(" << optimizer << ", '" << target << "')"; }

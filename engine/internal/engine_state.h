@@ -81,6 +81,8 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   // Summed per sender in arrival order and then over senders in rank order, they come out
   // bit-identical to dense training over all micro-batches, even when a module runs twice.
   std::unordered_map<ManagedParam*, std::vector<at::Tensor>> placed_grads;
+  // Fault::hidden_shard_copy's second copy of every shard: listed nowhere.
+  std::vector<at::Tensor> hidden_copies;
 };
 
 }  // namespace zero3

@@ -9,10 +9,10 @@
 #include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/engine_snapshot.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/engine_snapshot.h"
+#include "engine/testing/models.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -85,9 +85,7 @@ std::string scratch(const std::string& name) {
 
 void save_model(const std::string& model, const std::string& optimizer, int world, const std::string& dir,
                 int64_t steps) {
-  zerocheck::WorldOptions o;
-  o.world_size = world;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(world)->run([&](Comm& comm) {
     const auto spec = zerocheck::model_spec(model);
     auto m = spec.build(3);
     auto user = optimizer == "sgd" ? zerocheck::sgd_factory(0.1, 0.9)(unique_parameters(*m))
@@ -184,9 +182,7 @@ TEST(CheckpointCorruption, EveryDamageIsACheckpointErrorNamingTheFileAndTheEngin
   std::vector<std::pair<std::string, std::string>> table(damages.size());
   std::mutex mutex;
   const std::string work = scratch("case");
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(2)->run([&](Comm& comm) {
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(9);
     auto user = zerocheck::adam_factory(0.05)(unique_parameters(*model));

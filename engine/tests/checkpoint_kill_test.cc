@@ -8,9 +8,9 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/models.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 
@@ -30,9 +30,7 @@ namespace fs = std::filesystem;
 // Trains `steps` steps of "odd" on 2 ranks and saves into `dir`; the rank `kill_rank` kills its
 // process at save point `kill_at` (none when empty).
 void train_and_save(const std::string& dir, int64_t steps, const std::string& kill_at, int kill_rank) {
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(2)->run([&](Comm& comm) {
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(4);
     auto user = zerocheck::adam_factory(0.05)(unique_parameters(*model));

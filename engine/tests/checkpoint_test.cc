@@ -5,10 +5,10 @@
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/fault_under_test.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/fault_under_test.h"
+#include "engine/testing/models.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -41,9 +41,7 @@ double train_step(Engine& engine, const zerocheck::ModelSpec& spec, int64_t step
 
 TEST(Checkpoint, SaveLoadRestoresShardsAndOptimizerBitExactly) {
   const std::string dir = fresh_dir("roundtrip");
-  zerocheck::WorldOptions o;
-  o.world_size = 3;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(3)->run([&](Comm& comm) {
     const auto spec = zerocheck::model_spec("odd");
     auto model = spec.build(4);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
@@ -67,26 +65,26 @@ TEST(Checkpoint, SaveLoadRestoresShardsAndOptimizerBitExactly) {
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, ConsolidatedStateDictEqualsGatheredParameters) {
-  zerocheck::WorldOptions o;
-  o.world_size = 4;
-  zerocheck::run_world(o, [&](Comm& comm) {
-    const auto spec = zerocheck::model_spec("odd");
+// Before any training the consolidated state dict is what the user built: the same model built
+// again from the same seed is the reference, not the engine's own gather. (After training, the
+// harness compares it with the dense twin: I6 in harness/oracles.)
+TEST(Checkpoint, ConsolidatedStateDictEqualsTheModelAsBuilt) {
+  const auto spec = zerocheck::model_spec("odd");
+  const auto built = zerocheck::unique_named_parameters(spec.build(4));
+  zerocheck::make_world(4)->run([&](Comm& comm) {
     auto model = spec.build(4);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
     auto engine = initialize(model, user, all_partitioned(), comm,
                              EngineOptions{zerocheck::fault_under_test()});
-    train_step(*engine, spec, 0, comm.rank());
     auto consolidated = engine->consolidated_state_dict();
     if (comm.rank() != 0) {
       ASSERT_TRUE(consolidated.empty());
+      return;
     }
-    GatheredParameters gathered(*engine, *model);
-    if (comm.rank() == 0) {
-      for (const auto& [path, tensor] : zerocheck::unique_named_parameters(model)) {
-        ASSERT_EQ(consolidated.count(path), 1u) << path;
-        ASSERT_TRUE(at::equal(consolidated.at(path), tensor.detach())) << path;
-      }
+    ASSERT_EQ(consolidated.size(), built.size());
+    for (const auto& [path, tensor] : built) {
+      ASSERT_EQ(consolidated.count(path), 1u) << path;
+      ASSERT_TRUE(at::equal(consolidated.at(path), tensor.detach())) << path;
     }
   });
 }
@@ -94,9 +92,7 @@ TEST(Checkpoint, ConsolidatedStateDictEqualsGatheredParameters) {
 TEST(Checkpoint, AnotherWorldSizeLoadsAndAnotherModelOrACorruptFileIsRefused) {
   const std::string dir = fresh_dir("mismatch"), other = fresh_dir("other_model");
   auto run = [&](const std::string& model, int world, const std::function<void(Engine&, Comm&)>& body) {
-    zerocheck::WorldOptions o;
-    o.world_size = world;
-    zerocheck::run_world(o, [&](Comm& comm) {
+    zerocheck::make_world(world)->run([&](Comm& comm) {
       auto m = zerocheck::model_spec(model).build(2);
       torch::optim::Adam user(unique_parameters(*m), torch::optim::AdamOptions(0.05));
       auto engine = initialize(m, user, all_partitioned(), comm, EngineOptions{zerocheck::fault_under_test()});

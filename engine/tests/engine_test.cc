@@ -5,7 +5,7 @@
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "engine/tests/test_configs.h"
-#include "harness/world.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -24,9 +24,7 @@ std::shared_ptr<Sequential> two_linears() {
 
 template <class Body>
 void on_one_rank(Body&& body) {
-  zerocheck::WorldOptions o;
-  o.world_size = 1;
-  zerocheck::run_world(o, [&](Comm& comm) { body(comm); });
+  zerocheck::make_world(1)->run([&](Comm& comm) { body(comm); });
 }
 
 std::string mismatch_of(const std::shared_ptr<Module>& model, torch::optim::Optimizer& optimizer,
@@ -105,9 +103,7 @@ TEST(Initialize, BadConfigIsAConfigErrorNamingTheKey) {
 }
 
 TEST(Engine, ReleasedEngineRefusesWorkAndRestoresTheModel) {
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [](Comm& comm) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
     auto model = two_linears();
     auto reference = two_linears();
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));

@@ -6,9 +6,9 @@
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/fault_under_test.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/fault_under_test.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -32,10 +32,15 @@ class ProbeLinear final : public Module {
   }
 };
 
+// A shard's size from the spec, ceil(n/N), never from the engine's own layout.
+int64_t spec_chunk(const std::vector<int64_t>& shape, int world) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  return (numel + world - 1) / world;
+}
+
 TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
-  zerocheck::WorldOptions o;
-  o.world_size = 3;
-  zerocheck::run_world(o, [](Comm& comm) {
+  zerocheck::make_world(3)->run([](Comm& comm) {
     auto probe = std::make_shared<ProbeLinear>();
     auto root = std::make_shared<Sequential>();
     root->push_back(probe);
@@ -47,7 +52,7 @@ TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
     for (const auto& p : engine->params()) {
       ASSERT_EQ(p.param.numel(), 0) << p.path;
       ASSERT_EQ(p.status, ParamStatus::NotAvailable);
-      ASSERT_EQ(p.master.numel(), p.layout.chunk());
+      ASSERT_EQ(p.master.numel(), spec_chunk(p.shape, comm.world_size()));
     }
     at::Tensor y = engine->forward(at::ones({2, 4}));
     ASSERT_EQ(probe->seen_numel, std::vector<int64_t>{16});
@@ -57,7 +62,7 @@ TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
       ASSERT_EQ(p.param.numel(), 0) << p.path << " leaked past backward";
       ASSERT_FALSE(p.param.grad().defined()) << p.path << " kept its full gradient";
       ASSERT_TRUE(p.grad_shard.defined()) << p.path;
-      ASSERT_EQ(p.grad_shard.numel(), p.layout.chunk());
+      ASSERT_EQ(p.grad_shard.numel(), spec_chunk(p.shape, comm.world_size()));
     }
     {
       GatheredParameters gathered(*engine, *probe);
@@ -68,9 +73,7 @@ TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
 }
 
 TEST(Lifecycle, PersistentParametersStayWhole) {
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [](Comm& comm) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
     auto root = std::make_shared<Sequential>();
     root->push_back(std::make_shared<Linear>(4, 4));  // weight 16 > 4 partitioned, bias 4 kept
     init_parameters(*root, 1);
@@ -91,9 +94,7 @@ TEST(Lifecycle, PersistentParametersStayWhole) {
 }
 
 TEST(Lifecycle, ModuleIdsComeFromAPerEngineCounterNotUserAttributes) {
-  zerocheck::WorldOptions o;
-  o.world_size = 1;
-  zerocheck::run_world(o, [](Comm& comm) {
+  zerocheck::make_world(1)->run([](Comm& comm) {
     auto make = [] {
       auto root = std::make_shared<Sequential>();
       root->push_back(std::make_shared<Linear>(2, 2));

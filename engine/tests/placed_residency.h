@@ -8,9 +8,9 @@
 #include "engine/engine.h"
 #include "engine/module.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/models.h"
+#include "harness/world/world.h"
 
 #include <fmt/format.h>
 #include <torch/optim/adam.h>
@@ -104,9 +104,7 @@ inline ResidencyVerdict check_placed_residency(const ResidencyTable& table, cons
 inline ResidencyTable train_moe_placed(int world, const EngineOptions& options) {
   const auto spec = zerocheck::model_spec("moe-placed");
   ResidencyTable table(world);
-  zerocheck::WorldOptions o;
-  o.world_size = world;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(world)->run([&](Comm& comm) {
     auto model = spec.build(1);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
     auto engine = initialize(model, user, placed_by_id(), comm, options);

@@ -6,7 +6,7 @@
 
 #include "engine/engine.h"
 #include "engine/tests/placed_residency.h"
-#include "harness/models.h"
+#include "engine/testing/models.h"
 
 #include <torch/cuda.h>
 

@@ -7,14 +7,15 @@
 #include "engine/layers.h"
 #include "engine/tests/placed_residency.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/fault_under_test.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/fault_under_test.h"
+#include "engine/testing/models.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
 
+#include <algorithm>
 #include <mutex>
 
 namespace zero3 {
@@ -24,10 +25,7 @@ TEST(Placement, ResidencyFollowsTheUsersAttributes) {
   const int world = 3;
   const auto spec = zerocheck::model_spec("moe-placed");  // experts with ids 2, 0, 3, 1
   ResidencyTable table(world);
-  std::vector<ManagedParamView> views;
-  zerocheck::WorldOptions o;
-  o.world_size = world;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(world)->run([&](Comm& comm) {
     auto model = spec.build(1);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
     auto engine = initialize(model, user, placed_by_id(), comm,
@@ -39,18 +37,17 @@ TEST(Placement, ResidencyFollowsTheUsersAttributes) {
       engine->step();
     }
     table[comm.rank()] = engine->residency();
-    if (comm.rank() == 0) views = engine->params();
   });
-  const int64_t ids[] = {2, 0, 3, 1};
+  // Owners and sizes from the model and the users' ids, never from what the engine reports.
   int checked = 0;
-  for (size_t i = 0; i < views.size(); ++i) {
-    const std::string& path = views[i].path;  // "2.experts.K.linear.weight"
-    if (path.find("experts.") == std::string::npos) continue;
-    const int expert = path[path.find("experts.") + 8] - '0';
-    const int64_t owner = ids[expert] % world;
+  for (const auto& want : test_support::placed_params_by_id(spec.build(1), world)) {
+    const std::string& path = want.path;
+    const int64_t owner = want.owner;
+    const int64_t numel = want.numel;
     for (int r = 0; r < world; ++r) {
-      const ParamResidency& here = table[r][i];
-      const int64_t numel = views[i].layout.numel;
+      const auto row = std::find_if(table[r].begin(), table[r].end(), [&](const auto& p) { return p.path == path; });
+      ASSERT_NE(row, table[r].end()) << path << " is not reported on rank " << r;
+      const ParamResidency& here = *row;
       if (r == owner) {
         EXPECT_EQ(here.param_elements, numel) << path << " is not whole on its owner rank " << r;
         EXPECT_EQ(here.grad_elements, numel) << path;
@@ -93,9 +90,7 @@ TEST(Placement, PlacedStateCheckCatchesCopiesKeptElsewhere) {
 }
 
 TEST(Placement, PolicyErrorsNameTheModulePath) {
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(2)->run([&](Comm& comm) {
     auto expect_error = [&](const std::shared_ptr<Module>& model, const Config& config,
                             const std::string& fragment) {
       torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));

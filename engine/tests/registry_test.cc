@@ -1,5 +1,7 @@
 // I5 in miniature: a repeated initialize is refused, changes nothing, and the first engine keeps
-// training exactly like the dense baseline; release lets the model be wrapped again.
+// training exactly like an engine that never saw the repeat; release lets the model be wrapped
+// again. (The dense twin is the harness's; here the reference is the engine itself, without the
+// operation under test, in a world of its own and without the planted fault.)
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -7,10 +9,10 @@
 #include "engine/layers.h"
 #include "engine/registry.h"
 #include "engine/tests/test_configs.h"
-#include "harness/dense_baseline.h"
-#include "harness/fault_under_test.h"
-#include "harness/models.h"
-#include "harness/world.h"
+#include "engine/testing/fault_under_test.h"
+#include "engine/testing/models.h"
+#include "engine/testing/training.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -32,35 +34,49 @@ void train_step(Engine& engine, const ModelSpec& spec, int64_t step, int rank) {
   engine.zero_grad();
 }
 
-// Dense training of `steps` steps on the world's data; `fresh_optimizer_at` restarts Adam.
-std::map<std::string, at::Tensor> dense_after(const ModelSpec& spec, int world, int64_t steps,
-                                              int64_t fresh_optimizer_at = -1) {
-  auto model = spec.build(11);
-  auto dense = std::make_unique<zerocheck::DenseBaseline>(model, zerocheck::adam_factory(kLr));
-  for (int64_t s = 0; s < steps; ++s) {
-    if (s == fresh_optimizer_at)
-      dense = std::make_unique<zerocheck::DenseBaseline>(model, zerocheck::adam_factory(kLr));
-    std::vector<Batch> batches;
-    for (int r = 0; r < world; ++r) batches.push_back(zerocheck::make_batch(spec, 3, s, r, 4));
-    std::vector<zero3::Route> routes;
-    for (int r = 0; r < world; ++r) routes.push_back(spec.route(s, r));
-    dense->step(batches, routes);
-  }
-  return dense->parameters_by_path();
+template <class Body>
+void in_world(int world, Body&& body) {
+  zerocheck::make_world(world)->run([&](Comm& comm) { body(comm); });
+}
+
+// The reference: `steps` steps of the world's data on one reference engine (no fault planted)
+// that sees nothing else. From `fresh_engine_at` on, a new model holding the values trained so far
+// trains under a new engine with a new optimizer (what wrapping a released model again must equal).
+// Returns rank 0's consolidated parameters.
+std::map<std::string, at::Tensor> trained_alone(const ModelSpec& spec, int world, int64_t steps,
+                                                int64_t fresh_engine_at = -1) {
+  std::map<std::string, at::Tensor> out;
+  in_world(world, [&](Comm& comm) {
+    auto model = spec.build(11);
+    auto user = std::make_unique<torch::optim::Adam>(unique_parameters(*model), torch::optim::AdamOptions(kLr));
+    auto engine = initialize(model, *user, all_partitioned(), comm, EngineOptions());
+    for (int64_t s = 0; s < steps; ++s) {
+      if (s == fresh_engine_at) {
+        auto next = spec.build(11);
+        {
+          GatheredParameters whole(*engine, *model);
+          at::NoGradGuard no_grad;
+          const auto from = zerocheck::unique_named_parameters(model), to = zerocheck::unique_named_parameters(next);
+          for (size_t i = 0; i < from.size(); ++i) to[i].second.copy_(from[i].second);
+        }
+        engine.reset();
+        model = next;
+        user = std::make_unique<torch::optim::Adam>(unique_parameters(*model), torch::optim::AdamOptions(kLr));
+        engine = initialize(model, *user, all_partitioned(), comm, EngineOptions());
+      }
+      train_step(*engine, spec, s, comm.rank());
+    }
+    auto consolidated = engine->consolidated_state_dict();
+    if (comm.rank() == 0) out = std::move(consolidated);
+  });
+  return out;
 }
 
 void expect_equal_to(const std::map<std::string, at::Tensor>& consolidated,
-                     const std::map<std::string, at::Tensor>& dense) {
-  ASSERT_EQ(consolidated.size(), dense.size());
-  for (const auto& [path, tensor] : dense)
-    ASSERT_TRUE(at::equal(consolidated.at(path), tensor)) << path << " differs from dense";
-}
-
-template <class Body>
-void in_world(int world, Body&& body) {
-  zerocheck::WorldOptions o;
-  o.world_size = world;
-  zerocheck::run_world(o, [&](Comm& comm) { body(comm); });
+                     const std::map<std::string, at::Tensor>& reference) {
+  ASSERT_EQ(consolidated.size(), reference.size());
+  for (const auto& [path, tensor] : reference)
+    ASSERT_TRUE(at::equal(consolidated.at(path), tensor)) << path << " differs from the engine trained alone";
 }
 
 TEST(Registry, SameModelTwiceIsRejected) {
@@ -82,7 +98,7 @@ TEST(Registry, SameModelTwiceIsRejected) {
 
 TEST(Registry, RejectedInitializeLeavesTheFirstEngineTraining) {
   const auto spec = zerocheck::model_spec("mlp");
-  const auto expected = dense_after(spec, 2, 3);
+  const auto expected = trained_alone(spec, 2, 3);
   in_world(2, [&](Comm& comm) {
     auto model = spec.build(11);
     auto other = spec.build(12);
@@ -129,7 +145,7 @@ TEST(Registry, RejectedInitializeLeavesTheFirstEngineTraining) {
 
 TEST(Registry, TwoEnginesInOneProcessAreIndependent) {
   const auto spec = zerocheck::model_spec("odd");
-  const auto expected = dense_after(spec, 3, 2);
+  const auto expected = trained_alone(spec, 3, 2);
   in_world(3, [&](Comm& comm) {
     auto a = spec.build(11), b = spec.build(11);
     torch::optim::Adam oa(unique_parameters(*a), torch::optim::AdamOptions(kLr));
@@ -152,8 +168,8 @@ TEST(Registry, TwoEnginesInOneProcessAreIndependent) {
 TEST(Registry, WrapReleaseWrapAgainTrainsCorrectly) {
   const auto spec = zerocheck::model_spec("odd");
   // The user's optimizer never steps itself (the engine steps its rebuilt copy), so wrapping
-  // again starts Adam afresh: the dense side restarts its optimizer at the same step.
-  const auto expected = dense_after(spec, 2, 4, /*fresh_optimizer_at=*/2);
+  // again starts Adam afresh: the reference restarts its engine and optimizer at the same step.
+  const auto expected = trained_alone(spec, 2, 4, /*fresh_engine_at=*/2);
   in_world(2, [&](Comm& comm) {
     auto model = spec.build(11);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(kLr));

@@ -6,9 +6,9 @@
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "engine/upstream_names.h"
-#include "harness/dense_baseline.h"
-#include "harness/fault_under_test.h"
-#include "harness/world.h"
+#include "engine/testing/training.h"
+#include "engine/testing/fault_under_test.h"
+#include "harness/world/world.h"
 
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
@@ -62,9 +62,7 @@ std::shared_ptr<Module> colliding_tree() {
 TEST(UserAttributes, NoEngineOperationTouchesThem) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("zerocheck_attrs_" + std::to_string(::getpid()))).string();
-  zerocheck::WorldOptions o;
-  o.world_size = 2;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(2)->run([&](Comm& comm) {
     auto model = colliding_tree();
     const auto before = snapshot(model);
     auto check = [&](const char* after_op) {
@@ -103,9 +101,7 @@ TEST(UserAttributes, NoEngineOperationTouchesThem) {
 }
 
 TEST(UserAttributes, PublishedIdsNeverOverwriteAUserName) {
-  zerocheck::WorldOptions o;
-  o.world_size = 1;
-  zerocheck::run_world(o, [&](Comm& comm) {
+  zerocheck::make_world(1)->run([&](Comm& comm) {
     auto model = colliding_tree();  // its modules own "ds_id"
     const auto before = snapshot(model);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));

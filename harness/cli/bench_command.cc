@@ -1,5 +1,5 @@
-// `zerocheck bench`: the cost of one fuzzer execution (harness/bench.h), as JSON.
-#include "harness/bench.h"
+// `zerocheck bench`: the cost of one fuzzer execution (harness/tools/bench.h), as JSON.
+#include "harness/tools/bench.h"
 #include "harness/cli/command.h"
 
 #include <iostream>

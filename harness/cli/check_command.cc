@@ -1,12 +1,13 @@
 // `zerocheck check` and `zerocheck replay`: the harness's front door.
 #include "engine/errors.h"
 #include "engine/faults.h"
-#include "harness/check.h"
+#include "harness/tools/check.h"
 #include "harness/cli/command.h"
 #include "harness/cli/process_args.h"
 #include "harness/interpreter/interpreter.h"
-#include "harness/oracles/oracles.h"
-#include "harness/process/jobs.h"
+#include "harness/scenario/draw/draw_scenario.h"
+#include "harness/scenario/invariants.h"
+#include "harness/tools/jobs.h"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -46,7 +47,9 @@ void register_check_command(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<Args>();
   add_common(command, args->engine, args->comm);
   args->process.add_to(command);
-  command.add_option("--world", args->options.world_size, "ranks (0: each case draws 1..4; with --procs: the processes)")->check(CLI::Range(0, 8));
+  command.add_option("--world", args->options.fixed_world,
+                     "ranks of every case, 1..8 (0: each case draws 1..4; with --procs: the processes)")
+      ->check(CLI::Range(0, kMaxFixedWorld));
   command.add_option("--cases", args->options.cases, "number of random scenarios")->check(CLI::Range(1, 100000000));
   command.add_option("--seed", args->options.seed, "seed of the scenario generator");
   command.add_option("--max-ops", args->options.max_ops, "operations per scenario")->check(CLI::Range(0, 64));
@@ -56,18 +59,18 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
-    args->options.disabled_oracles = oracles::parse_invariants(args->disable);
+    args->options.disabled_oracles = parse_invariants(args->disable);
     args->options.comm = comm_kind_by_name(args->comm);
     // Processes: every case's world is the process world (a shrunk one may be smaller).
-    if (args->process.procs > 0 && args->options.world_size != 0 && args->options.world_size != args->process.procs)
-      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+    if (args->process.procs > 0 && args->options.fixed_world != 0 && args->options.fixed_world != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->options.fixed_world) + " differs from --procs " +
                               std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
     if (pool) {
-      if (args->options.world_size != 0 && args->options.world_size != pool->world_size())
-        throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from the " +
+      if (args->options.fixed_world != 0 && args->options.fixed_world != pool->world_size())
+        throw zero3::UsageError("--world " + std::to_string(args->options.fixed_world) + " differs from the " +
                                 std::to_string(pool->world_size()) + " processes");
-      args->options.world_size = pool->world_size();
+      args->options.fixed_world = pool->world_size();
       args->options.runner = [pool](const Scenario& s, const RunOptions& run) { return run_scenario_on(*pool, s, run); };
     }
     const bool tty = !args->json && ::isatty(2);  // a progress line only where someone watches
@@ -108,9 +111,9 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     RunOptions run;
-    run.disabled_oracles = oracles::parse_invariants(args->disable);
+    run.disabled_oracles = parse_invariants(args->disable);
     run.fault = zero3::engine_by_name(args->engine, "--engine");
-    run.comm = comm_kind_by_name(args->comm);
+    run.world.comm = comm_kind_by_name(args->comm);
     std::ifstream in(args->file, std::ios::binary);
     if (!in) throw zero3::UsageError("cannot read scenario file '" + args->file + "'");
     std::ostringstream text;

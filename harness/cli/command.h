@@ -1,17 +1,23 @@
 // How a `zerocheck` subcommand plugs into the CLI: it registers its options on a CLI11
 // subcommand and sets the process exit code when it runs.
-//
-// Exit codes everywhere: 0 all invariants held, 1 a violation (or a failed run) was found,
-// 2 bad usage or input.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 namespace zerocheck::cli {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitViolation = 1;
-inline constexpr int kExitUsage = 2;
+// X(name, code, meaning): the exit codes of every command (README's table is this one). A
+// failure must not read as a finding: only what the engine under test did is exit 1.
+#define ZEROCHECK_EXIT_CODES(X)                                                                     \
+  X(kExitOk, 0, "all invariants held")                                                             \
+  X(kExitViolation, 1, "a violation was found, or a rank of the engine under test failed")          \
+  X(kExitUsage, 2, "bad usage or input: an option, a scenario file, a checkpoint given as input")   \
+  X(kExitHarness, 3, "zerocheck itself failed: a bug of the harness, or its environment (a file "   \
+                     "it cannot write, a worker's malformed report)")
+
+#define ZEROCHECK_EXIT_CODE(name, code, meaning) inline constexpr int name = code;
+ZEROCHECK_EXIT_CODES(ZEROCHECK_EXIT_CODE)
+#undef ZEROCHECK_EXIT_CODE
 
 // X(name, registration function, one-line description): the table of subcommands.
 #define ZEROCHECK_COMMANDS(X)                                                                    \

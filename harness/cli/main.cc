@@ -3,6 +3,8 @@
 #include "harness/cli/process_args.h"
 
 #include "engine/errors.h"
+#include "harness/world/process_world.h"
+#include "harness/world/world.h"
 
 #include <algorithm>
 #include <iostream>
@@ -37,9 +39,16 @@ int run_command_line(std::vector<std::string> args) {
   } catch (const zero3::CheckpointError& e) {  // a checkpoint given as input that does not verify
     std::cerr << "zerocheck: " << e.what() << "\n";
     return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "zerocheck: error: " << e.what() << "\n";
+  } catch (const zerocheck::RankLost& e) {  // a worker of the engine under test died or hung
+    std::cerr << "zerocheck: " << e.what() << "\n";
     return kExitViolation;
+  } catch (const zerocheck::RankFailure& e) {
+    std::cerr << "zerocheck: " << e.what() << "\n";
+    return kExitViolation;
+  } catch (const std::exception& e) {
+    std::cerr << "zerocheck: internal error (exit 3: zerocheck itself failed, not the engine under test): "
+              << e.what() << "\n";
+    return kExitHarness;
   }
   return exit_code;
 }

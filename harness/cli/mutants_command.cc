@@ -6,9 +6,9 @@
 // other oracle catch? The fault x oracle matrix shows each oracle's necessary work; an oracle
 // whose column has no survivor would be redundant, and the run fails (exit 1).
 #include "engine/faults.h"
-#include "harness/check.h"
+#include "harness/tools/check.h"
 #include "harness/cli/command.h"
-#include "harness/oracles/oracles.h"
+#include "harness/scenario/invariants.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -104,7 +104,7 @@ int run_scoring(const MutantsArgs& args) {
 }
 
 int run_ablation(const MutantsArgs& args) {
-  const auto& columns = oracles::invariants();
+  const auto& columns = invariants();
   const auto faults = selected_faults(args);
   nlohmann::json matrix = nlohmann::json::array();
   std::map<std::string, std::vector<std::string>> only_caught_by;  // oracle -> faults nobody else catches

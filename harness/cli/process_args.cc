@@ -1,7 +1,7 @@
 #include "harness/cli/process_args.h"
 
 #include "engine/errors.h"
-#include "harness/process/launcher.h"
+#include "harness/world/launcher.h"
 
 #include <torch/cuda.h>
 

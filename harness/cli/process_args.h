@@ -2,8 +2,8 @@
 // `zerocheck worker`s), --collective-timeout, and the test hooks that lose a rank.
 #pragma once
 
-#include "harness/process/job_pool.h"
-#include "harness/process/worker.h"
+#include "harness/world/job_pool.h"
+#include "harness/world/worker.h"
 
 #include <CLI/CLI.hpp>
 

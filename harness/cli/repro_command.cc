@@ -3,8 +3,8 @@
 #include "engine/faults.h"
 #include "harness/cli/command.h"
 #include "harness/cli/process_args.h"
-#include "harness/process/jobs.h"
-#include "harness/repro_seed.h"
+#include "harness/tools/jobs.h"
+#include "harness/tools/repro_seed.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,20 +32,18 @@ void register_repro_command(CLI::App& command, int& exit_code) {
   seed.callback([args, world, &exit_code] {
     ReproOptions options;
     options.fault = zero3::engine_by_name(args->engine, "--engine");
-    options.world_size = args->world;
-    options.comm = comm_kind_by_name(args->comm);
     // Refused before any worker starts.
-    if (args->process.procs > 0 && world->count() > 0 && options.world_size != args->process.procs)
-      throw zero3::UsageError("--world " + std::to_string(options.world_size) + " differs from --procs " +
+    if (args->process.procs > 0 && world->count() > 0 && args->world != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->world) + " differs from --procs " +
                               std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
-    if (pool) {
-      if (world->count() > 0 && options.world_size != pool->world_size())
-        throw zero3::UsageError("--world " + std::to_string(options.world_size) + " differs from the " +
-                                std::to_string(pool->world_size()) + " processes");
-      options.world_size = pool->world_size();
-    }
-    const ReproReport report = pool ? run_repro_seed_on(*pool, options) : run_repro_seed(options);
+    if (pool && world->count() > 0 && args->world != pool->world_size())
+      throw zero3::UsageError("--world " + std::to_string(args->world) + " differs from the " +
+                              std::to_string(pool->world_size()) + " processes");
+    WorldOptions threads;
+    threads.comm = comm_kind_by_name(args->comm);
+    const ReproReport report =
+        pool ? run_repro_seed_on(*pool, options) : run_repro_seed(options, *make_world(args->world, threads));
     if (args->json) std::cout << report.to_json().dump() << std::endl;
     else std::cout << report.to_text();
     exit_code = report.intact() ? kExitOk : kExitViolation;

@@ -4,8 +4,8 @@
 #include "harness/cli/command.h"
 
 #include "engine/errors.h"
-#include "harness/scenario.h"
-#include "harness/schema/schema.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/schema.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

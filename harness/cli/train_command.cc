@@ -3,9 +3,9 @@
 #include "engine/faults.h"
 #include "harness/cli/command.h"
 #include "harness/cli/process_args.h"
-#include "harness/models.h"
-#include "harness/process/jobs.h"
-#include "harness/train.h"
+#include "engine/testing/models.h"
+#include "harness/tools/jobs.h"
+#include "harness/tools/train.h"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +17,7 @@ namespace {
 
 struct TrainArgs {
   TrainOptions options;
+  int world = 2;
   std::string comm = "local";
   std::string engine = "reference";
   bool json = false;
@@ -48,14 +49,19 @@ void print_text(const TrainReport& report) {
 
 void register_train_command(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::Option* world = command.add_option("--world", args->options.world_size, "number of ranks")->check(CLI::Range(1, 64));
+  CLI::Option* world = command.add_option("--world", args->world, "number of ranks")->check(CLI::Range(1, 64));
   command.add_option("--steps", args->options.steps, "optimizer steps")->check(CLI::Range(1, 100000));
   command.add_option("--model", args->options.model, "one of: " + model_names());
   command.add_option("--seed", args->options.seed, "seed of parameters and data");
   command.add_option("--comm", args->comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
   command.add_option("--batch", args->options.batch_size, "micro-batch size per rank")
       ->check(CLI::Range(1, 4096));
-  command.add_option("--lr", args->options.lr, "Adam learning rate");
+  command.add_option("--optimizer", args->options.optimizer, "adam or sgd (momentum 0.9)")
+      ->check(CLI::IsMember({"adam", "sgd"}));
+  command.add_option("--lr", args->options.lr, "the optimizer's learning rate");
+  command.add_option("--persistence-threshold", args->options.persistence_threshold,
+                     "parameters of at most this many elements stay whole on every rank (0: only empty ones)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   command.add_option("--engine", args->engine, "reference or a catalogue fault: " + zero3::engine_names());
   command.add_option("--fail-rank", args->options.fail_rank,
                      "make this rank throw (to see the world fail fast)");
@@ -67,20 +73,19 @@ void register_train_command(CLI::App& command, int& exit_code) {
   command.add_flag("--json", args->json, "print one JSON object");
   args->process.add_to(command);
   command.callback([args, world, &exit_code] {
-    args->options.comm = comm_kind_by_name(args->comm);
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
     // Refused before any worker starts.
-    if (args->process.procs > 0 && world->count() > 0 && args->options.world_size != args->process.procs)
-      throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from --procs " +
+    if (args->process.procs > 0 && world->count() > 0 && args->world != args->process.procs)
+      throw zero3::UsageError("--world " + std::to_string(args->world) + " differs from --procs " +
                               std::to_string(args->process.procs));
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
-    if (pool) {
-      if (world->count() > 0 && args->options.world_size != pool->world_size())
-        throw zero3::UsageError("--world " + std::to_string(args->options.world_size) + " differs from the " +
-                                std::to_string(pool->world_size()) + " processes");
-      args->options.world_size = pool->world_size();
-    }
-    const TrainReport report = pool ? run_training_on(*pool, args->options) : run_training(args->options);
+    if (pool && world->count() > 0 && args->world != pool->world_size())
+      throw zero3::UsageError("--world " + std::to_string(args->world) + " differs from the " +
+                              std::to_string(pool->world_size()) + " processes");
+    WorldOptions threads;
+    threads.comm = comm_kind_by_name(args->comm);
+    const TrainReport report =
+        pool ? run_training_on(*pool, args->options) : run_training(args->options, *make_world(args->world, threads));
     if (args->json) std::cout << report.to_json().dump() << std::endl;
     else print_text(report);
     exit_code = report.ok() ? kExitOk : kExitViolation;

@@ -1,8 +1,8 @@
 // `zerocheck export` and `zerocheck upstream`: zerocheck's scenarios against upstream DeepSpeed.
 #include "engine/errors.h"
 #include "harness/cli/command.h"
-#include "harness/export.h"
-#include "harness/upstream.h"
+#include "harness/tools/export.h"
+#include "harness/tools/upstream.h"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>

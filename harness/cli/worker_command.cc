@@ -5,7 +5,8 @@
 #include "engine/errors.h"
 #include "harness/cli/command.h"
 #include "harness/cli/process_args.h"
-#include "harness/process/rank_env.h"
+#include "harness/tools/jobs.h"
+#include "harness/world/rank_env.h"
 
 namespace zerocheck::cli {
 
@@ -16,11 +17,11 @@ void register_worker_command(CLI::App& command, int& exit_code) {
     const RankEnv env = RankEnv::from_environment();
     const WorkerOptions options = args->worker_options(env.world_size);
     if (worker_coordinates() && env.rank == 0) {
-      set_coordinated_pool(join_as_coordinator(options));  // main runs the command next
+      set_coordinated_pool(join_as_coordinator(options, run_job_here));  // main runs the command next
       exit_code = kExitOk;
       return;
     }
-    exit_code = serve_jobs(options);
+    exit_code = serve_jobs(options, run_job_here);
   });
 }
 

@@ -1,26 +1,35 @@
-// The one interpreter: runs a Scenario's operations on a world of ranks' engines, asks the
-// model (harness/model) what must follow and the oracles (harness/oracles) whether it did, after
+// The one interpreter: applies operations to each rank's engine and to the model
+// (harness/model), and asks the oracles (harness/oracles) whether what must follow did, after
 // every operation: I1, I2, I4, I3, then I8 for the operation's traffic; I5, I6 and I7 where an
-// operation makes them checkable. Properties, fuzzers, `zerocheck check/replay/bench/mutants`
-// all run scenarios through here.
+// operation makes them checkable. Properties, fuzzers, `zerocheck check/replay/bench/mutants`,
+// `train` and `repro seed` all run their operations through here: one code path applies an
+// operation and checks it, with one NaN rule (oracles::same_numbers).
 //
 // All ranks agree after every operation on whether and where an invariant broke (the lowest
 // rank's finding wins), so a replay reports the same violation every time.
+//
+// Reading order: RunOptions, OpOutcome and Verdict (what goes in and comes out), run_scenario
+// (the common call), run_ops (a driver's), RankInterpreter (one rank, step by step).
 #pragma once
 
 #include "engine/comm.h"
 #include "engine/engine.h"
 #include "engine/faults.h"
+#include "harness/model/model.h"
 #include "harness/oracles/oracles.h"
-#include "harness/scenario.h"
-#include "harness/verdict.h"
-#include "harness/world.h"
+#include "harness/scenario/scenario.h"
+#include "harness/world/world.h"
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace zerocheck {
 
@@ -28,8 +37,11 @@ struct RunOptions {
   RunOptions() = default;
   explicit RunOptions(zero3::Fault planted) : fault(planted) {}
   zero3::Fault fault = zero3::Fault::none;
-  CommKind comm = CommKind::local;
-  std::chrono::milliseconds timeout{30000};
+  // How run_scenario makes the world it runs on: rank threads (LocalComm or Gloo) or fibers of
+  // the calling thread (an order of magnitude faster for wide worlds; LocalComm only, and a
+  // scenario with a backward is refused: autograd's per-thread state). A world of processes is
+  // not made here: a worker hands its own to run_ops.
+  WorldOptions world;
   // false skips the sweeps after every operation (I1, I2, I4, I3); the checks an operation makes
   // itself (I3 loss, I5, I6, I7, I8) stay. Only `zerocheck bench` turns them off, to measure
   // what they cost.
@@ -37,41 +49,69 @@ struct RunOptions {
   // Oracles switched off ("I3", ...): `zerocheck mutants --ablate` shows which faults only they
   // catch. A switched-off I7 lets an unexpected error end the scenario without a verdict.
   std::set<std::string> disabled_oracles;
-  // Every rank a fiber of the calling thread instead of a thread (harness/fiber_world.h): an
-  // order of magnitude faster for wide worlds; LocalComm only, and run_scenario refuses a
-  // scenario with a backward (autograd's per-thread state).
-  bool ranks_as_fibers = false;
+  // true: the first violation ends the run on every rank (check, replay, fuzzing). false: every
+  // violation is recorded in its operation's outcome and the operations go on (`train` and
+  // `repro seed` report all they see).
+  bool stop_at_first_violation = true;
 
-  // Whether a dense twin must be trained alongside: only I3 (parity) and I8 (its traffic trace)
-  // read it.
-  bool needs_dense_twin() const { return disabled_oracles.count("I3") == 0 || disabled_oracles.count("I8") == 0; }
+  bool enabled(const std::string& invariant) const { return disabled_oracles.count(invariant) == 0; }
+  // Whether a dense twin must be trained alongside: I3 (parity), I6 (the consolidated state
+  // dict) and I8 (its traffic trace) read it.
+  bool needs_dense_twin() const { return enabled("I3") || enabled("I6") || enabled("I8"); }
+  // Whether the memory oracle runs, and so the ranks' allocations are counted (rank_memory.h).
+  bool counts_rank_memory() const { return enabled("I4") && checks_after_every_op; }
 };
 
-// What one operation did on one rank, typed: tests and properties read these fields.
+// What one operation did on one rank, typed: drivers, tests and properties read these fields.
 struct OpOutcome {
   enum class Status { applied, skipped, refused };
   OpKind kind = OpKind::initialize;
   Status status = Status::applied;
-  std::string refused_with;   // the error kind, when refused ("AlreadyInitialized", ...)
+  std::string error_kind;     // refused: the error's kind (engine/errors.h), as the model predicted
+  std::string error_message;  // refused: the error's message
   std::string detail;         // why skipped, or what was applied ("engine over 'a' (3 parameters)")
-  std::optional<double> loss;  // forward
-  bool violated = false;      // the history line of an operation after which a violation was found
+  std::optional<double> loss;       // forward: this rank's
+  std::optional<double> twin_loss;  // forward: the dense twin's on this rank's micro-batch
+  // forward, backward, step, zero_grad: what the operation moved, and what the schedule predicts
+  // (I8 compares them; the prediction needs the dense twin).
+  std::optional<model::Traffic> traffic, expected_traffic;
+  std::vector<std::string> reached;  // backward: the parameters the dense twin's backward reached
+  // load with a world_size M: M, and whether that world was made (it is not when the policy
+  // cannot place the experts on M ranks).
+  int side_world = 0;
+  bool side_world_made = false;
+  // What broke after this operation (at most one when the run stops at the first).
+  std::vector<Violation> violations;
 
   // "#3 forward: loss 0.25" — the history line.
   std::string to_text(int64_t index) const;
+  nlohmann::json to_json() const;
+  // Throws zero3::CommError for a malformed object.
+  static OpOutcome from_json(const nlohmann::json& json);
 };
 
-// Runs `scenario` and returns what it found. Throws ScenarioError for a scenario that fails
-// validation (I7 is about the engine, not about the harness's input).
+// What running a scenario found: the first broken invariant (if any) and what each operation did,
+// so a failure reads as a story and replays as a command.
+struct Verdict {
+  std::optional<Violation> violation;
+  std::vector<std::string> history;  // one line per operation, as rank 0 saw it
+  std::vector<OpOutcome> outcomes;   // the same, typed
+
+  bool ok() const { return !violation.has_value(); }
+};
+
+// Runs `scenario` on a world made from options.world (of the scenario's size) and returns what it
+// found. Throws ScenarioError for a scenario that fails validation (I7 is about the engine, not
+// about the harness's input).
 Verdict run_scenario(const Scenario& scenario, const RunOptions& options);
 
 // What the ranks of one run reported, before they are judged together: a world of processes
 // collects one of these from each worker (each knowing its own rank's part) and merges them.
 struct RankReports {
-  std::vector<std::string> history;              // rank 0's lines
-  std::vector<std::optional<Violation>> found;   // per rank: the violation it found
-  std::optional<int> failed_rank;                // the first rank that threw, and what
-  std::string failure;                           // RankFailure::what() of that rank
+  std::vector<OpOutcome> outcomes;                // rank 0's, one per operation it applied
+  std::vector<std::vector<Violation>> found;      // per rank: what it found, in order
+  std::optional<int> failed_rank;                 // the first rank that threw, and what
+  std::string failure;                            // RankFailure::what() of that rank
 
   nlohmann::json to_json() const;
   // Throws zero3::CommError for a malformed report.
@@ -80,53 +120,84 @@ struct RankReports {
   void merge(const RankReports& other);
 };
 
-// Runs `scenario` on this process's ranks (all of them, or one in a `zerocheck worker`).
-RankReports run_scenario_ranks(const Scenario& scenario, const RunOptions& options);
+class RankInterpreter;
+
+// A driver's part in each rank's run: `zerocheck train` plants a failing rank, resumes a
+// checkpoint and reads its accounting here, `repro seed` the expert ids. Every call runs on the
+// rank, between operations; a call that throws fails the rank (RankFailure).
+class RankDriver {
+ public:
+  virtual ~RankDriver() = default;
+  virtual void before(RankInterpreter& rank, int64_t index) {}
+  virtual void after(RankInterpreter& rank, int64_t index, const OpOutcome& outcome) {}
+  // After the last operation, when no violation stopped the run. Collective calls are fine.
+  virtual void finish(RankInterpreter& rank) {}
+};
+// Makes rank `rank`'s driver (called on that rank).
+using RankDrivers = std::function<std::unique_ptr<RankDriver>(int rank)>;
+
+// Runs `ops` of `workload` on `world`: every rank applies each operation in turn and checks the
+// invariants after it, then the ranks agree whether one broke (and stop when options say so).
+// `world` has at least as many ranks as the run needs; what ranks this process hosts report.
+RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops, const RunOptions& options,
+                    World& world, const RankDrivers& drivers = nullptr);
+
+// Runs `scenario` on the first scenario.world_size ranks of `world` (the others sit out).
+// Throws ScenarioError for an invalid scenario, zero3::UsageError for a world too small.
+RankReports run_scenario_ranks(const Scenario& scenario, const RunOptions& options, World& world);
 // The verdict of a run from its ranks' reports (the lowest rank's violation; else I7 for a
 // rank that threw).
 Verdict judge(const RankReports& reports, const RunOptions& options);
 
-// What this rank holds for each parameter the engine reports, measured from the tensors (the
-// oracles' observation).
-std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine);
-
-// Returns what the engine's world holds, parameter by parameter (params() order), joined whole
-// from the ranks: values and optimizer state. Collective: every rank of the engine's comm calls it.
-std::vector<oracles::WholeParam> gather_whole_state(zero3::Engine& engine);
-
-// Returns the bytes this rank holds for model state, measured from the storage behind the
-// engine's tensors (model tensors, fp32 copies, gradients; each storage once) plus optimizer state.
-int64_t measured_state_bytes(const zero3::Engine& engine);
+// The dense twin (harness/model) of one run, shared by the ranks of its world: it trains every
+// rank's micro-batch, so one copy serves them all instead of one copy per rank doing the world's
+// work each. See interpreter/internal/shared_twin.h.
+class SharedTwin;
+// Returns the twin of `workload` for the ranks of one run.
+std::shared_ptr<SharedTwin> make_shared_twin(const model::Workload& workload);
 
 class ScenarioRunner;
-
-// The dense twin (harness/model) of one run of a scenario, shared by the ranks of its world: it
-// trains every rank's micro-batch, so one copy serves them all instead of one copy per rank
-// doing the world's work each. The first rank to make a call on it computes, the others read
-// what it gave; a rank whose calls differ from the shared ones (a fault that makes ranks
-// disagree) goes on with its own twin, rebuilt from its own calls, so every rank always sees the
-// twin its own operations imply.
-//
-// Requires: every rank sharing it finishes reading the twin after operation i before any rank
-// starts operation i + 1 (run_scenario's agreement after every operation does this).
-// Thread-safety: shared by the rank threads (or fibers) of one world.
-class SharedTwin;
-// Returns the twin of `scenario` for the ranks of one run.
-std::shared_ptr<SharedTwin> make_shared_twin(const Scenario& scenario);
 
 // One rank's interpreter, usable step by step (the stateful property drives it directly).
 class RankInterpreter {
  public:
   // `shared_twin` (optional, see SharedTwin) replaces this rank's own dense twin.
-  RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
+  // `workload` must outlive the interpreter.
+  RankInterpreter(const model::Workload& workload, zero3::Comm& comm, const RunOptions& options,
                   const std::string& checkpoint_dir, std::shared_ptr<SharedTwin> shared_twin = nullptr);
+  // The scenario's workload, kept by the interpreter.
+  RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
+                  const std::string& checkpoint_dir);
   ~RankInterpreter();
 
-  // Applies operation `index` and checks the invariants.
-  // Throws ViolationFound when an invariant broke; other exceptions are unexpected (I7).
+  // Applies operation `index` and checks the invariants. Throws ViolationFound when an invariant
+  // broke and the run stops at the first; otherwise the outcome lists what broke. Other
+  // exceptions are unexpected (I7).
   OpOutcome apply(int64_t index, const Op& op);
 
+  // ---- for drivers (RankDriver) ---------------------------------------------------------------
+
+  // The live engine after the operations so far (nullptr: none).
+  zero3::Engine* engine();
+  // The user's model on this rank.
+  const std::shared_ptr<zero3::Module>& model() const;
+  // What the live engine's initialize had to do (empty before the first).
+  const model::Expectation& expectation() const;
+  // The bytes this rank's allocations hold (rank_memory.h), as soon as they are `expected` or
+  // after a short patience for memory another thread frees late; -1 when they are not counted.
+  int64_t held_bytes(int64_t expected) const;
+  // The live engine saves into `dir` with `client_state_json` for the caller. Collective.
+  void save_to(const std::string& dir, const std::string& client_state_json);
+  // Rank 0 compares the consolidated state dict with the dense twin (I6), parameter by
+  // parameter; elsewhere nothing is compared. Collective.
+  struct Consolidated {
+    oracles::Result violation;
+    std::map<std::string, double> max_abs_difference;  // rank 0: per parameter (oracles::max_abs_difference)
+  };
+  Consolidated check_consolidated();
+
  private:
+  std::unique_ptr<model::Workload> own_workload_;
   std::unique_ptr<ScenarioRunner> impl_;
 };
 

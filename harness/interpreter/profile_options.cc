@@ -6,7 +6,7 @@ RunOptions profile_run_options(DrawProfile profile, zero3::Fault fault) {
   RunOptions options(fault);  // comm: LocalComm ranks, the default
   if (profile == DrawProfile::attributes) {
     options.disabled_oracles = {"I3", "I4", "I6", "I8"};
-    options.ranks_as_fibers = true;
+    options.world.ranks = RankKind::fibers;
   }
   return options;
 }

@@ -3,7 +3,7 @@
 // bench measures is what the fuzzer executes.
 #pragma once
 
-#include "harness/draw/draw_scenario.h"
+#include "harness/scenario/draw/draw_scenario.h"
 #include "harness/interpreter/interpreter.h"
 
 namespace zerocheck {

@@ -1,23 +1,25 @@
 // One rank's interpreter: applies an operation to this rank's engine and to the model, measures
 // what the engine holds and moved, and hands both to the oracles.
-#include "engine/awake_wait.h"
+//
+// Whose memory: the engine's calls and the user's model are the rank's (rank_memory.h); the
+// harness's own work on the rank (the dense twin, the data it feeds, the oracles' copies) runs
+// NotChargedToTheRank, so what the memory oracle measures is what the rank holds.
 #include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/optimizer_rebuild.h"
-#include "harness/dense_baseline.h"
+#include "engine/testing/training.h"
 #include "harness/interpreter/interpreter.h"
+#include "harness/interpreter/internal/shared_twin.h"
 #include "harness/model/model.h"
 #include "harness/oracles/oracles.h"
+#include "harness/world/rank_memory.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <mutex>
+#include <limits>
 #include <optional>
-#include <shared_mutex>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 
@@ -32,13 +34,6 @@ std::map<std::string, std::shared_ptr<Module>> modules_by_path(const std::shared
   return out;
 }
 
-std::vector<at::Tensor> trainable(const Module& root) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : zero3::unique_parameters(root))
-    if (p.requires_grad()) out.push_back(p);
-  return out;
-}
-
 bool covers_exactly(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& trainable_in_target) {
   std::vector<const c10::TensorImpl*> have, want;
   for (auto& group : optimizer.param_groups())
@@ -48,43 +43,6 @@ bool covers_exactly(torch::optim::Optimizer& optimizer, const std::vector<at::Te
   std::sort(want.begin(), want.end());
   return have == want;
 }
-
-int64_t storage_bytes(const at::Tensor& t) {
-  return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
-}
-
-bool same_storage(const at::Tensor& a, const at::Tensor& b) {
-  return a.defined() && b.defined() && a.has_storage() && b.has_storage() &&
-         a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
-}
-
-}  // namespace
-
-std::vector<oracles::ObservedParam> observe(const zero3::Engine& engine) {
-  std::vector<oracles::ObservedParam> out;
-  const auto views = engine.params();
-  out.reserve(views.size());
-  const auto optimizer_elements = engine.optimizer_state_elements();
-  for (size_t i = 0; i < views.size(); ++i) {
-    const auto& v = views[i];
-    oracles::ObservedParam o;
-    o.path = v.path;
-    o.reported_owner = v.owner;
-    o.reported_persistent = v.persistent;
-    o.param_elements = v.param.numel();
-    o.param_bytes = storage_bytes(v.param);
-    o.master_bytes = same_storage(v.master, v.param) ? 0 : storage_bytes(v.master);
-    o.grad_shard_bytes = storage_bytes(v.grad_shard);
-    const at::Tensor full_grad = v.param.grad();
-    o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
-    o.optimizer_elements = optimizer_elements[i];
-    o.master = v.master;
-    out.push_back(std::move(o));
-  }
-  return out;
-}
-
-namespace {
 
 OpOutcome applied(std::string detail) {
   OpOutcome out;
@@ -97,183 +55,26 @@ OpOutcome skipped(std::string why) {
   out.detail = std::move(why);
   return out;
 }
-OpOutcome refused(std::string error) {
-  OpOutcome out;
-  out.status = OpOutcome::Status::refused;
-  out.refused_with = std::move(error);
-  return out;
-}
-
-}  // namespace
-
-// ---- the dense twin, shared by the ranks of a world ----------------------------------------------
-
-namespace {
-
-// One call the interpreter makes on the dense twin. The twin's state is a function of the calls
-// made on it, so two ranks whose calls are equal see the same twin.
-struct TwinCall {
-  enum class Kind { retarget, forward, backward, drop_pending, step, zero_grad, save, load };
-  explicit TwinCall(Kind k) : kind(k) {}
-  static TwinCall retarget_to(std::string path) {
-    TwinCall call(Kind::retarget);
-    call.target = std::move(path);
-    return call;
-  }
-  static TwinCall forward_of(int64_t index, const Op& op, std::shared_ptr<const model::Expectation> expectation) {
-    TwinCall call(Kind::forward);
-    call.index = index;
-    call.route = route_of(op);
-    call.expectation = std::move(expectation);
-    return call;
-  }
-
-  Kind kind;
-  std::string target;  // retarget
-  int64_t index = -1;  // forward: the operation (its batches)
-  zero3::Route route;  // forward: the operation's route, fresh (route_of)
-  std::shared_ptr<const model::Expectation> expectation;  // forward: what its traffic trace follows
-
-  friend bool operator==(const TwinCall& a, const TwinCall& b) {
-    return a.kind == b.kind && a.target == b.target && a.index == b.index && a.route.choices() == b.route.choices() &&
-           (a.expectation == b.expectation || (a.expectation && b.expectation && *a.expectation == *b.expectation));
-  }
-};
-
-// What a call gave.
-struct TwinOutcome {
-  std::vector<double> losses;                  // forward: by rank
-  std::shared_ptr<model::TrafficTrace> trace;  // forward: the schedule it traced
-  std::set<std::string> with_gradient;         // backward
-};
-
-// A trace together with the expectation it reads.
-struct OwnedTrace {
-  OwnedTrace(std::shared_ptr<const model::Expectation> e, const std::shared_ptr<Module>& target, int world)
-      : expectation(std::move(e)), trace(*expectation, target, world) {}
-  std::shared_ptr<const model::Expectation> expectation;
-  model::TrafficTrace trace;
-};
-
-TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const Scenario& s) {
-  TwinOutcome out;
-  switch (call.kind) {
-    case TwinCall::Kind::retarget: twin.retarget(call.target); break;
-    case TwinCall::Kind::forward: {
-      auto owned = std::make_shared<OwnedTrace>(call.expectation, twin.target(), s.world_size);
-      out.trace = std::shared_ptr<model::TrafficTrace>(owned, &owned->trace);
-      out.losses = twin.forward(call.index, call.route, out.trace.get());
-      break;
-    }
-    case TwinCall::Kind::backward: out.with_gradient = twin.backward(); break;
-    case TwinCall::Kind::drop_pending: twin.drop_pending(); break;
-    case TwinCall::Kind::step: twin.step(); break;
-    case TwinCall::Kind::zero_grad: twin.zero_grad(); break;
-    case TwinCall::Kind::save: twin.save(); break;
-    case TwinCall::Kind::load: twin.load(); break;
-  }
-  return out;
-}
-
-}  // namespace
-
-class SharedTwin {
- public:
-  explicit SharedTwin(const Scenario& s) : twin(s) {}
-  std::shared_mutex mutex;
-  model::DenseTwin twin;
-  std::vector<TwinCall> calls;         // every call made on `twin`, in order
-  std::vector<TwinOutcome> outcomes;  // what each gave
-};
-
-std::shared_ptr<SharedTwin> make_shared_twin(const Scenario& scenario) {
-  use_sequential_kernels();  // the twin is built here, not on a rank thread: see world.h
-  return std::make_shared<SharedTwin>(scenario);
-}
-
-namespace {
-
-// Takes `lock`. A rank holding it is computing what this one needs next, mostly for less than a
-// futex wake-up costs on a virtual machine: wait awake first (engine/awake_wait.h).
-template <class Lock>
-ZERO3_TIMING_DEPENDENT void take(Lock& lock) {
-  if (!zero3::wait_awake([&] { return lock.try_lock(); }, std::chrono::microseconds(500))) lock.lock();
-}
-
-// One rank's dense twin: the world's shared one while this rank's calls are the shared calls,
-// else its own.
-class TwinView {
- public:
-  TwinView(const Scenario& s, std::shared_ptr<SharedTwin> shared) : s_(s), shared_(std::move(shared)) {
-    if (!shared_) own_ = std::make_unique<model::DenseTwin>(s);
-  }
-
-  TwinOutcome call(TwinCall call) {
-    if (shared_) {
-      std::unique_lock<std::shared_mutex> lock(shared_->mutex, std::defer_lock);
-      take(lock);
-      const size_t position = history_.size();
-      if (shared_->calls.size() == position) {  // the first rank here computes
-        TwinOutcome outcome = apply_call(shared_->twin, call, s_);
-        shared_->calls.push_back(call);
-        shared_->outcomes.push_back(outcome);
-        history_.push_back(std::move(call));
-        return outcome;
-      }
-      if (position < shared_->calls.size() && shared_->calls[position] == call) {  // computed by another rank
-        history_.push_back(std::move(call));
-        return shared_->outcomes[position];
-      }
-      lock.unlock();
-      go_own();
-    }
-    TwinOutcome outcome = apply_call(*own_, call, s_);
-    history_.push_back(std::move(call));
-    return outcome;
-  }
-
-  // Returns read(twin) for the twin in the state this rank's calls put it in.
-  template <class Read>
-  auto read(Read&& read) {
-    if (shared_) {
-      std::shared_lock<std::shared_mutex> lock(shared_->mutex, std::defer_lock);
-      take(lock);
-      if (shared_->calls.size() == history_.size()) return read(std::as_const(shared_->twin));
-      lock.unlock();
-      go_own();
-    }
-    return read(std::as_const(*own_));
-  }
-
- private:
-  // From here on this rank trains its own twin, brought to where its calls so far put it.
-  void go_own() {
-    own_ = std::make_unique<model::DenseTwin>(s_);
-    for (const TwinCall& call : history_) apply_call(*own_, call, s_);
-    shared_.reset();
-  }
-
-  const Scenario& s_;
-  std::shared_ptr<SharedTwin> shared_;      // null once this rank has its own
-  std::unique_ptr<model::DenseTwin> own_;
-  std::vector<TwinCall> history_;           // the calls this rank made
-};
 
 }  // namespace
 
 class ScenarioRunner {
  public:
-  ScenarioRunner(const Scenario& s, zero3::Comm& comm, const RunOptions& options, std::string dir,
+  ScenarioRunner(const model::Workload& workload, zero3::Comm& comm, const RunOptions& options, std::string dir,
                  std::shared_ptr<SharedTwin> shared_twin)
-      : s_(s), comm_(comm), options_(options), dir_(std::move(dir)), model_(build_tree(s)),
-        modules_(modules_by_path(model_)), ledger_(model_) {
-    // The twin is a whole second model trained alongside: only I3 and I8 read it, and the
+      : w_(workload), comm_(comm), options_(options), dir_(std::move(dir)), account_(current_account()),
+        model_(workload.build()), modules_(modules_by_path(model_)), ledger_(ledger_of(model_)) {
+    // The twin is a whole second model trained alongside: only I3, I6 and I8 read it, and the
     // attributes fuzzer (I1, I2, I5, I7) runs hundreds of scenarios a second without it.
-    if (options_.needs_dense_twin()) twin_.emplace(s, std::move(shared_twin));
+    if (options_.needs_dense_twin()) {
+      const NotChargedToTheRank harness;
+      twin_.emplace(w_, std::move(shared_twin));
+    }
   }
 
   OpOutcome apply(int64_t index, const Op& op) {
     index_ = index;
+    found_.clear();
     deferred_traffic_.reset();
     OpOutcome outcome;
     switch (op.kind) {
@@ -290,43 +91,125 @@ class ScenarioRunner {
       case OpKind::load: outcome = load(op); break;
     }
     outcome.kind = op.kind;
-    if (options_.checks_after_every_op) {
-      if (enabled("I1")) require(oracles::attributes(ledger_));
-      // Measured once for the sweeps that are on; a switched-off oracle costs nothing.
-      if (engine_ && (enabled("I2") || enabled("I4") || (twin_ && enabled("I3")))) {
-        const auto observed = observe();
-        if (enabled("I2")) require(oracles::placement(*expectation_, observed, comm_.rank(), engine_target_));
-        if (enabled("I4")) require(oracles::memory(*expectation_, observed, engine_target_));
-        if (twin_ && enabled("I3"))
-          require(twin_->read([&](const model::DenseTwin& twin) {
-            return oracles::parity(*expectation_, twin, observed, comm_.rank(), comm_.world_size(), engine_target_);
-          }));
+    sweep();
+    if (deferred_traffic_) {
+      outcome.traffic = deferred_traffic_->measured;
+      if (deferred_traffic_->expected) {
+        outcome.expected_traffic = *deferred_traffic_->expected;
+        require(oracles::traffic(deferred_traffic_->operation, *deferred_traffic_->expected,
+                                 deferred_traffic_->measured, engine_target_));
       }
     }
-    if (deferred_traffic_) require(oracles::traffic(deferred_traffic_->operation, deferred_traffic_->expected,
-                                                    deferred_traffic_->measured, engine_target_));
+    outcome.violations = std::move(found_);
     return outcome;
+  }
+
+  zero3::Engine* engine() { return engine_.get(); }
+  const std::shared_ptr<Module>& model() const { return model_; }
+  const model::Expectation& expectation() const { return *expectation_; }
+  bool counted() const { return account_ != nullptr && account_->live_bytes() >= 0; }
+  int64_t settled_bytes(int64_t expected) const { return account_->settled_bytes(expected); }
+
+  void save_to(const std::string& dir, const std::string& client_state_json) {
+    if (!engine_) throw zero3::UsageError("save_to: no live engine");
+    engine_->save_checkpoint(dir, client_state_json);
+  }
+
+  RankInterpreter::Consolidated check_consolidated() {
+    RankInterpreter::Consolidated out;
+    if (!engine_) return out;
+    auto consolidated = engine_->consolidated_state_dict();
+    if (comm_.rank() != 0 || !twin_) return out;
+    const NotChargedToTheRank harness;
+    twin_->read([&](const model::DenseTwin& twin) {
+      out.violation = oracles::consolidated(*expectation_, consolidated, twin, engine_target_);
+      for (const auto& [path, tensor] : consolidated) {
+        const at::Tensor dense = twin.param(path);
+        out.max_abs_difference[path] =
+            dense.defined() ? oracles::max_abs_difference(tensor, dense) : std::numeric_limits<double>::infinity();
+      }
+      return 0;
+    });
+    if (out.violation) {
+      out.violation->op_index = index_;
+      out.violation->rank = comm_.rank();
+    }
+    return out;
   }
 
  private:
   struct MeasuredTraffic {
     std::string operation;
-    model::Traffic expected, measured;
+    std::optional<model::Traffic> expected;  // none without the dense twin
+    model::Traffic measured;
   };
 
-  bool enabled(const std::string& invariant) const { return options_.disabled_oracles.count(invariant) == 0; }
+  static model::AttributeLedger ledger_of(const std::shared_ptr<Module>& model) {
+    const NotChargedToTheRank harness;  // deep copies: the harness's
+    return model::AttributeLedger(model);
+  }
+
+  bool enabled(const std::string& invariant) const { return options_.enabled(invariant); }
 
   void require(oracles::Result found) {
     if (!found || !enabled(found->invariant)) return;
     found->op_index = index_;
     found->rank = comm_.rank();
-    throw ViolationFound(std::move(*found));
+    if (options_.stop_at_first_violation) throw ViolationFound(std::move(*found));
+    found_.push_back(std::move(*found));
   }
 
-  std::vector<oracles::ObservedParam> observe() const { return zerocheck::observe(*engine_); }
+  TwinOutcome twin_call(TwinCall call) {
+    const NotChargedToTheRank harness;
+    return twin_->call(std::move(call));
+  }
+
+  std::vector<oracles::ObservedParam> observe(bool held_tensors = false) const {
+    const NotChargedToTheRank harness;
+    return oracles::observe(*engine_, held_tensors);
+  }
+
+  // The sweeps after every operation: I1, then I2, I4 and I3 measured once for those that are
+  // on (a switched-off oracle costs nothing).
+  void sweep() {
+    if (!options_.checks_after_every_op) return;
+    if (enabled("I1")) require(oracles::attributes(ledger_));
+    const bool whole_rank = enabled("I4") && counted() && !pending_.defined() && unwanted_.empty();
+    if (engine_ && (enabled("I2") || enabled("I4") || (twin_ && enabled("I3")))) {
+      const auto observed = observe(whole_rank);
+      if (enabled("I2")) require(oracles::placement(*expectation_, observed, comm_.rank(), engine_target_));
+      if (enabled("I4")) require(oracles::memory(*expectation_, observed, engine_target_));
+      if (whole_rank) {
+        const int64_t expected = accounted(observed);
+        require(oracles::unlisted_memory(account_->settled_bytes(expected), expected, engine_target_));
+      }
+      if (twin_ && enabled("I3")) {
+        const NotChargedToTheRank harness;
+        require(twin_->read([&](const model::DenseTwin& twin) {
+          return oracles::parity(*expectation_, twin, observed, comm_.rank(), comm_.world_size(), engine_target_);
+        }));
+      }
+    } else if (whole_rank && !engine_) {
+      const int64_t expected = accounted({});
+      require(oracles::unlisted_memory(account_->settled_bytes(expected), expected, ""));
+    }
+  }
+
+  // What this rank is known to hold: the engine's parameters' tensors (observed) and the user's
+  // parameters the engine does not manage, whole.
+  int64_t accounted(const std::vector<oracles::ObservedParam>& observed) const {
+    const NotChargedToTheRank harness;
+    std::unordered_set<const c10::TensorImpl*> managed;
+    for (const auto& o : observed)
+      if (!o.held.empty()) managed.insert(o.held.front().unsafeGetTensorImpl());  // the model tensor
+    std::vector<at::Tensor> users;
+    for (const auto& p : zero3::unique_parameters(*model_))
+      if (!managed.count(p.unsafeGetTensorImpl())) users.push_back(p);
+    return oracles::accounted_bytes(observed, users);
+  }
 
   // A module's subtree as initialize needs it, worked out once per path: the tree never changes
-  // within a scenario (only attributes and parameter data do), and a script initializes again
+  // within a run (only attributes and parameter data do), and a script initializes again
   // and again.
   struct Subtree {
     std::shared_ptr<Module> root;
@@ -338,7 +221,7 @@ class ScenarioRunner {
     if (cached != subtrees_.end()) return &cached->second;
     auto it = modules_.find(path);
     if (it == modules_.end()) return nullptr;
-    Subtree subtree{it->second, {}, trainable(*it->second)};
+    Subtree subtree{it->second, {}, trainable_parameters(*it->second)};
     for (auto& entry : zero3::unique_modules(it->second)) subtree.modules.insert(entry.module.get());
     return &subtrees_.emplace(path, std::move(subtree)).first->second;
   }
@@ -360,59 +243,63 @@ class ScenarioRunner {
     facts.optimizer_held_by_live_engine = same_optimizer && engine_optimizer_ == user_optimizer_.get();
     std::unique_ptr<torch::optim::Optimizer> fresh;
     torch::optim::Optimizer* optimizer =
-        same_optimizer ? user_optimizer_.get() : (fresh = model::make_optimizer(s_, subtree->trainable)).get();
+        same_optimizer ? user_optimizer_.get() : (fresh = w_.optimizer(subtree->trainable)).get();
     // From the user's attributes as they are before initialize: an engine that writes
     // attributes must not move the goalposts. A repeat the model refuses whatever the placement
     // says needs none (the common case: scripts initialize again and again).
     std::variant<model::Expectation, model::PlacementRefusal> expected;
     if (!model::predict_initialize(facts)) {
-      expected = model::expect(target, s_.placement, s_.config.zero_optimization.stage3_param_persistence_threshold,
-                               comm_.world_size());
-      const int64_t batch = s_.config.train_batch_size;
+      expected = model::expect(target, w_.config.placement,
+                               w_.config.zero_optimization.stage3_param_persistence_threshold, comm_.world_size());
+      const int64_t batch = w_.config.train_batch_size;
       facts.batch_sizes_consistent =
-          batch == 0 || batch == s_.config.train_micro_batch_size_per_gpu * s_.config.gradient_accumulation_steps *
-                                     s_.world_size;
+          batch == 0 || batch == w_.config.train_micro_batch_size_per_gpu * w_.config.gradient_accumulation_steps *
+                                     comm_.world_size();
       facts.placement_evaluates = std::holds_alternative<model::Expectation>(expected);
       facts.optimizer_covers_target = covers_exactly(*optimizer, subtree->trainable);
     }
     const std::optional<std::string> predicted = model::predict_initialize(facts);
+    const bool repeat_refused = predicted == std::optional<std::string>(zero3::kind_name<zero3::AlreadyInitialized>());
 
     // What a refused call must leave as it found: the attributes as they are now (deep copies,
     // not the ledger: I1 judges the user's writes, I5 only this call) and the live shards.
     std::optional<model::AttributeLedger> attrs_before;
     std::vector<at::Tensor> masters_before;
-    if (predicted == std::optional<std::string>("AlreadyInitialized")) {
-      attrs_before.emplace(model_);
+    if (repeat_refused) {
+      attrs_before = ledger_of(model_);
+      const NotChargedToTheRank harness;
       for (const auto& p : observe()) masters_before.push_back(p.master.detach().clone());
     }
 
     std::unique_ptr<zero3::Engine> created;
-    std::string raised;
+    std::string raised, message;
     try {
-      zero3::Config config = s_.config;
-      config.placement = s_.placement;  // the scenario's policy, handed over as the user would
-      created = zero3::initialize(target, *optimizer, config, comm_, zero3::EngineOptions(options_.fault));
-    } catch (const zero3::AlreadyInitialized&) {
-      raised = "AlreadyInitialized";
-    } catch (const zero3::ConfigError&) {
-      raised = "ConfigError";
-    } catch (const zero3::PlacementError&) {
-      raised = "PlacementError";
-    } catch (const zero3::OptimizerMismatch&) {
-      raised = "OptimizerMismatch";
+      created = zero3::initialize(target, *optimizer, w_.config, comm_, zero3::EngineOptions(options_.fault));
+    } catch (const zero3::Error& e) {
+      raised = zero3::error_kind(e);
+      if (!model::is_predicted_refusal(raised)) throw;  // no refusal the model knows: unexpected (I7)
+      message = e.what();
     }
     require(oracles::initialize_outcome(predicted, created != nullptr, raised, op.target));
-    if (predicted == std::optional<std::string>("AlreadyInitialized")) {
+    if (repeat_refused) {
       require(oracles::attributes(*attrs_before, "I5"));
       require(oracles::refused_changed_nothing(masters_before, observe()));
     }
     if (predicted || !created) {
-      // Only with that oracle switched off does an engine get here that the model says must not
-      // exist: it is kept, unused, until the scenario ends (releasing it now would touch the live
-      // engine's parameters; leaking it would leave its claims in the process-wide registry for
-      // the next scenario); what it does to training is for the other oracles to see.
-      if (created) unwanted_.push_back(std::move(created));
-      return refused(raised.empty() ? "nothing (accepted)" : raised);
+      // Only with an oracle switched off (or a run that goes on after a violation) does an
+      // engine get here that the model says must not exist: it is kept, unused, until the run
+      // ends (releasing it now would touch the live engine's parameters; leaking it would leave
+      // its claims in the process-wide registry for the next scenario); what it does to training
+      // is for the other oracles to see.
+      if (created) {
+        unwanted_.push_back(std::move(created));
+        return applied(fmt::format("accepted, although the model predicts {}", *predicted));
+      }
+      OpOutcome out;
+      out.status = OpOutcome::Status::refused;
+      out.error_kind = raised;
+      out.error_message = message;
+      return out;
     }
     engine_ = std::move(created);
     engine_target_ = op.target;
@@ -420,48 +307,65 @@ class ScenarioRunner {
     engine_optimizer_ = optimizer;
     if (fresh) user_optimizer_ = std::move(fresh);  // the user holds the new optimizer now
     expectation_ = std::make_shared<const model::Expectation>(std::get<model::Expectation>(std::move(expected)));
-    if (twin_) twin_->call(TwinCall::retarget_to(op.target));
+    if (twin_) twin_call(TwinCall::retarget_to(op.target));
     pending_ = at::Tensor();
-    trace_.reset();
+    traces_.clear();
+    if (!w_.resume_from.empty()) {  // a resumed run: the engine loads the checkpoint, the twin
+      engine_->load_checkpoint(w_.resume_from);  // what the workload's history saved
+      if (twin_) twin_call(TwinCall(TwinCall::Kind::load));
+      return applied(fmt::format("engine over '{}' ({} parameters), resumed from {}", op.target,
+                                 engine_->params().size(), w_.resume_from));
+    }
     return applied(fmt::format("engine over '{}' ({} parameters)", op.target, engine_->params().size()));
   }
 
   OpOutcome forward(const Op& op) {
     if (!engine_) return skipped("no live engine");
-    const auto [x, y] = model::batch_of(s_, index_, comm_.rank());
-    const auto before = stats();
-    at::Tensor out = engine_->forward(x, route_of(op));
-    const model::Traffic measured = model::traffic_between(before, stats());
-    pending_ = training_loss(out, y);
-    const double mine = pending_.item<double>();
-    if (twin_) {
-      TwinOutcome dense_run = twin_->call(TwinCall::forward_of(index_, op, expectation_));
-      trace_ = std::move(dense_run.trace);
-      const std::vector<double>& dense = dense_run.losses;
-      require(oracles::loss_parity(dense[static_cast<size_t>(comm_.rank())], mine, engine_target_));
-      deferred_traffic_ = MeasuredTraffic{"forward", trace_->forward(), measured};
+    Batch batch;
+    {
+      const NotChargedToTheRank harness;  // the data is the harness's
+      batch = w_.batch(index_, comm_.rank());
     }
+    const auto before = stats();
+    at::Tensor out = engine_->forward(batch.input, w_.route(index_, comm_.rank(), op));
+    const model::Traffic measured = model::traffic_between(before, stats());
+    pending_ = training_loss(out, batch.target);
+    const double mine = pending_.item<double>();
     OpOutcome outcome = applied(fmt::format("loss {:.6g}", mine));
     outcome.loss = mine;
+    deferred_traffic_ = MeasuredTraffic{"forward", std::nullopt, measured};
+    if (twin_) {
+      TwinOutcome dense_run = twin_call(TwinCall::forward_of(w_, index_, op, comm_.world_size(), expectation_));
+      traces_ = std::move(dense_run.traces);
+      outcome.twin_loss = dense_run.losses[static_cast<size_t>(comm_.rank())];
+      require(oracles::loss_parity(*outcome.twin_loss, mine, engine_target_));
+      deferred_traffic_->expected = trace()->forward();
+    }
     return outcome;
   }
+
+  // This rank's traffic trace of the last forward.
+  const std::shared_ptr<model::TrafficTrace>& trace() const { return traces_.at(static_cast<size_t>(comm_.rank())); }
 
   OpOutcome backward() {
     if (!engine_ || !pending_.defined()) return skipped("no forward to back-propagate");
     if (!pending_.requires_grad()) {
       pending_ = at::Tensor();
-      if (twin_) twin_->call(TwinCall(TwinCall::Kind::drop_pending));
+      if (twin_) twin_call(TwinCall(TwinCall::Kind::drop_pending));
       return skipped("nothing trainable");
     }
     const auto before = stats();
     engine_->backward(pending_);
     const model::Traffic measured = model::traffic_between(before, stats());
     pending_ = at::Tensor();
+    OpOutcome outcome = applied("ok");
+    deferred_traffic_ = MeasuredTraffic{"backward", std::nullopt, measured};
     if (twin_) {
-      const std::set<std::string> with_gradient = twin_->call(TwinCall(TwinCall::Kind::backward)).with_gradient;
-      deferred_traffic_ = MeasuredTraffic{"backward", trace_->backward(with_gradient), measured};
+      const std::set<std::string> with_gradient = twin_call(TwinCall(TwinCall::Kind::backward)).with_gradient;
+      outcome.reached.assign(with_gradient.begin(), with_gradient.end());
+      if (!traces_.empty()) deferred_traffic_->expected = trace()->backward(with_gradient);
     }
-    return applied("ok");
+    return outcome;
   }
 
   OpOutcome step() {
@@ -472,7 +376,7 @@ class ScenarioRunner {
     const auto before = stats();
     engine_->step();
     deferred_traffic_ = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, stats())};
-    if (twin_) twin_->call(TwinCall(TwinCall::Kind::step));
+    if (twin_) twin_call(TwinCall(TwinCall::Kind::step));
     return applied("ok");
   }
 
@@ -481,7 +385,7 @@ class ScenarioRunner {
     const auto before = stats();
     engine_->zero_grad();
     deferred_traffic_ = MeasuredTraffic{"zero_grad", model::Traffic{}, model::traffic_between(before, stats())};
-    if (twin_) twin_->call(TwinCall(TwinCall::Kind::zero_grad));
+    if (twin_) twin_call(TwinCall(TwinCall::Kind::zero_grad));
     return applied("ok");
   }
 
@@ -497,6 +401,7 @@ class ScenarioRunner {
     }
     if (op.kind == OpKind::set_attr) {
       actual->set(op.name, op.value);
+      const NotChargedToTheRank harness;
       expected->attrs.set(op.name, model::deep_copy(op.value));
       return applied("ok");
     }
@@ -516,9 +421,10 @@ class ScenarioRunner {
     engine_tree_ = nullptr;
     engine_optimizer_ = nullptr;
     pending_ = at::Tensor();
-    trace_.reset();
+    traces_.clear();
     // The model is the user's again: every parameter whole and equal to the twin's.
-    if (twin_) {
+    if (twin_ && enabled("I3")) {
+      const NotChargedToTheRank harness;
       const auto model_params = unique_named_parameters(modules_.at(engine_target_));
       require(twin_->read([&](const model::DenseTwin& twin) {
         return oracles::released_parity(model_params, twin, engine_target_);
@@ -531,21 +437,21 @@ class ScenarioRunner {
     if (!engine_) return skipped("no live engine");
     engine_->save_checkpoint(dir_);
     saved_target_ = engine_target_;
-    saved_masters_.clear();
-    for (const auto& p : observe()) saved_masters_.push_back(p.master.detach().clone());
-    saved_optimizer_state_ = optimizer_state_fingerprint();
-    if (twin_) twin_->call(TwinCall(TwinCall::Kind::save));
-    auto consolidated = engine_->consolidated_state_dict();
-    const auto target = modules_.at(engine_target_);
-    zero3::GatheredParameters gathered(*engine_, *target);
-    if (comm_.rank() == 0)
-      require(oracles::consolidated(*expectation_, consolidated, unique_named_parameters(target), engine_target_));
+    {
+      const NotChargedToTheRank harness;
+      saved_masters_.clear();
+      for (const auto& p : observe()) saved_masters_.push_back(p.master.detach().clone());
+      saved_optimizer_state_ = optimizer_state_fingerprint();
+    }
+    if (twin_) twin_call(TwinCall(TwinCall::Kind::save));
+    if (twin_ && enabled("I6")) require(check_consolidated().violation);
     return applied("ok");
   }
 
   // A cheap, exact summary of the engine optimizer's state: every state tensor, in parameter
   // order, concatenated.
   at::Tensor optimizer_state_fingerprint() {
+    const NotChargedToTheRank harness;
     std::vector<at::Tensor> parts;
     for (const auto& p : engine_->params()) {
       at::Tensor snapshot = zero3::state_tensors_of(engine_->optimizer(), p.master);
@@ -561,76 +467,80 @@ class ScenarioRunner {
     engine_->load_checkpoint(dir_);
     require(oracles::round_trip(saved_masters_, saved_optimizer_state_, observe(), optimizer_state_fingerprint(),
                                 engine_target_));
-    if (twin_) twin_->call(TwinCall(TwinCall::Kind::load));
+    if (twin_) twin_call(TwinCall(TwinCall::Kind::load));
     if (op.world_size == 0) return applied("ok");
     // This world now holds exactly what it saved (I6 above), so what it holds whole is what any
     // world must hold after loading the same checkpoint.
-    const auto here = gather_whole_state(*engine_);
-    if (comm_.rank() != 0) return applied(fmt::format("ok; rank 0 loads it into a world of {} too", op.world_size));
+    std::vector<oracles::WholeParam> here;
+    {
+      const NotChargedToTheRank harness;
+      here = oracles::gather_whole_state(*engine_);
+    }
+    if (comm_.rank() != 0) {
+      OpOutcome outcome = applied(fmt::format("ok; rank 0 loads it into a world of {} too", op.world_size));
+      outcome.side_world = op.world_size;
+      return outcome;
+    }
     return load_in_side_world(op.world_size, here);
   }
 
   // Rank 0 loads the checkpoint into a second world of `m` ranks, threads of this process: the
-  // model built afresh from the scenario (other initial values are overwritten by the load), the
-  // same target initialized with a new optimizer of the scenario's kind, as a user resuming on
-  // another cluster would. What that world holds whole must equal `here` (I6).
+  // model built afresh (other initial values are overwritten by the load), the same target
+  // initialized with a new optimizer of the workload's kind, as a user resuming on another
+  // cluster would. What that world holds whole must equal `here` (I6).
   OpOutcome load_in_side_world(int m, const std::vector<oracles::WholeParam>& here) {
-    const std::shared_ptr<Module> fresh = modules_by_path(build_tree(s_)).at(engine_target_);
-    const int64_t threshold = s_.config.zero_optimization.stage3_param_persistence_threshold;
-    if (std::holds_alternative<model::PlacementRefusal>(model::expect(fresh, s_.placement, threshold, m)))
-      return applied(fmt::format("ok; a world of {} cannot place the experts as the policy says, so it was not made", m));
-    zero3::Config config = s_.config;
-    config.placement = s_.placement;
+    OpOutcome outcome;
+    outcome.side_world = m;
+    const std::shared_ptr<Module> fresh = modules_by_path(w_.build()).at(engine_target_);
+    const int64_t threshold = w_.config.zero_optimization.stage3_param_persistence_threshold;
+    if (std::holds_alternative<model::PlacementRefusal>(model::expect(fresh, w_.config.placement, threshold, m))) {
+      outcome.detail = fmt::format("ok; a world of {} cannot place the experts as the policy says, so it was not made", m);
+      return outcome;
+    }
+    zero3::Config config = w_.config;
     // The batch per step is the new world's: micro batch * accumulation * its ranks.
     if (config.train_batch_size != 0)
       config.train_batch_size = config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * m;
     std::vector<oracles::WholeParam> there;
     std::string failure;
-    auto side_world = [&] {
-      try {
-        WorldOptions world;
-        world.world_size = m;
-        world.timeout = options_.timeout;
-        world.in_this_process = true;
-        run_world(world, [&](zero3::Comm& comm) {
-          const std::shared_ptr<Module> model = modules_by_path(build_tree(s_)).at(engine_target_);
-          auto optimizer = model::make_optimizer(s_, trainable(*model));
-          auto engine = zero3::initialize(model, *optimizer, config, comm, zero3::EngineOptions(options_.fault));
-          engine->load_checkpoint(dir_);
-          auto whole = gather_whole_state(*engine);
-          if (comm.rank() == 0) there = std::move(whole);
-        });
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-    };
-    // The side world's rank 0 runs on the calling thread (its other ranks on idle rank threads,
-    // world.cc), which then gets its own LibTorch state back: creating a thread for it cost more
-    // than the load. A fiber's stack is small, though, so from a fiber it gets a thread.
-    if (options_.ranks_as_fibers) {
-      std::thread host(side_world);
-      host.join();
-    } else {
-      side_world();
+    try {
+      WorldOptions threads;
+      threads.timeout = options_.world.timeout;
+      // Threads of this process whatever this world is made of: the side world is this rank's
+      // own (a fiber's small stack gets a thread of its own: thread_world.cc).
+      make_world(m, threads)->run([&](zero3::Comm& comm) {
+        const std::shared_ptr<Module> model = modules_by_path(w_.build()).at(engine_target_);
+        auto optimizer = w_.optimizer(trainable_parameters(*model));
+        auto engine = zero3::initialize(model, *optimizer, config, comm, zero3::EngineOptions(options_.fault));
+        engine->load_checkpoint(dir_);
+        const NotChargedToTheRank harness;
+        auto whole = oracles::gather_whole_state(*engine);
+        if (comm.rank() == 0) there = std::move(whole);
+      });
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
     if (!failure.empty())
       require(oracles::violation("I6", engine_target_, "", fmt::format("a world of {} loads the checkpoint", m),
                                  failure, fmt::format("the checkpoint of {} ranks does not load into {}",
                                                       comm_.world_size(), m)));
     require(oracles::resharded(here, there, comm_.world_size(), m, engine_target_));
-    return applied(fmt::format("ok; a world of {} loaded it too and holds the same", m));
+    outcome.side_world_made = failure.empty();
+    outcome.detail = fmt::format("ok; a world of {} loaded it too and holds the same", m);
+    return outcome;
   }
 
-  const Scenario& s_;
+  const model::Workload& w_;
   zero3::Comm& comm_;
   RunOptions options_;
   std::string dir_;
+  RankAccount* account_;  // this rank's memory account (nullptr: not counted)
   int64_t index_ = -1;
   std::shared_ptr<Module> model_;
   // The tree's modules by path: operations change attributes and parameter data, never the tree.
   const std::map<std::string, std::shared_ptr<Module>> modules_;
   model::AttributeLedger ledger_;
-  std::optional<TwinView> twin_;  // none when neither I3 nor I8 is checked
+  std::optional<TwinView> twin_;  // none when no oracle reads it
   std::shared_ptr<const model::Expectation> expectation_ = std::make_shared<const model::Expectation>();
   std::unique_ptr<torch::optim::Optimizer> user_optimizer_;
   const torch::optim::Optimizer* engine_optimizer_ = nullptr;
@@ -640,24 +550,34 @@ class ScenarioRunner {
   std::map<std::string, Subtree> subtrees_;            // subtree_at's, by path
   const std::unordered_set<const Module*>* engine_tree_ = nullptr;  // the live engine's subtree
   at::Tensor pending_;
-  std::shared_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
+  std::vector<std::shared_ptr<model::TrafficTrace>> traces_;  // each rank's schedule of the last forward
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
+  std::vector<Violation> found_;  // this operation's, when the run goes on after one
   std::optional<std::string> saved_target_;
   std::vector<at::Tensor> saved_masters_;
   at::Tensor saved_optimizer_state_;
 };
 
-int64_t measured_state_bytes(const zero3::Engine& engine) {
-  int64_t bytes = 0;
-  for (const auto& o : observe(engine))
-    bytes += o.param_bytes + o.master_bytes + o.grad_shard_bytes + o.full_grad_bytes + o.optimizer_elements * 4;
-  return bytes;
-}
+RankInterpreter::RankInterpreter(const model::Workload& workload, zero3::Comm& comm, const RunOptions& options,
+                                 const std::string& checkpoint_dir, std::shared_ptr<SharedTwin> shared_twin)
+    : impl_(std::make_unique<ScenarioRunner>(workload, comm, options, checkpoint_dir, std::move(shared_twin))) {}
 
 RankInterpreter::RankInterpreter(const Scenario& scenario, zero3::Comm& comm, const RunOptions& options,
-                                 const std::string& checkpoint_dir, std::shared_ptr<SharedTwin> shared_twin)
-    : impl_(std::make_unique<ScenarioRunner>(scenario, comm, options, checkpoint_dir, std::move(shared_twin))) {}
+                                 const std::string& checkpoint_dir)
+    : own_workload_(std::make_unique<model::Workload>(model::workload_of(scenario))),
+      impl_(std::make_unique<ScenarioRunner>(*own_workload_, comm, options, checkpoint_dir, nullptr)) {}
+
 RankInterpreter::~RankInterpreter() = default;
 OpOutcome RankInterpreter::apply(int64_t index, const Op& op) { return impl_->apply(index, op); }
+zero3::Engine* RankInterpreter::engine() { return impl_->engine(); }
+const std::shared_ptr<zero3::Module>& RankInterpreter::model() const { return impl_->model(); }
+const model::Expectation& RankInterpreter::expectation() const { return impl_->expectation(); }
+int64_t RankInterpreter::held_bytes(int64_t expected) const {
+  return impl_->counted() ? impl_->settled_bytes(expected) : -1;
+}
+void RankInterpreter::save_to(const std::string& dir, const std::string& client_state_json) {
+  impl_->save_to(dir, client_state_json);
+}
+RankInterpreter::Consolidated RankInterpreter::check_consolidated() { return impl_->check_consolidated(); }
 
 }  // namespace zerocheck

@@ -3,7 +3,7 @@
 #include "harness/model/model.h"
 
 #include "engine/optimizer_rebuild.h"
-#include "harness/dense_baseline.h"
+#include "engine/testing/training.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -50,7 +50,7 @@ void copy_state(const DenseTwin::OptimizerState& from, DenseTwin::OptimizerState
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> batch_of(const Scenario& s, int64_t index, int rank) {
+Batch batch_of(const Scenario& s, int64_t index, int rank) {
   at::Generator g = at::detail::createCPUGenerator(s.seed * 7919ULL + static_cast<uint64_t>(index) * 104729ULL +
                                                    static_cast<uint64_t>(rank) * 31ULL + 3);
   at::Tensor x = at::empty({s.batch, s.features}).uniform_(-1, 1, g);
@@ -62,7 +62,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::
   return s.optimizer == "sgd" ? sgd_factory(s.lr, 0.9)(std::move(params)) : adam_factory(s.lr)(std::move(params));
 }
 
-DenseTwin::DenseTwin(const Scenario& scenario) : s_(scenario), world_(scenario.world_size), root_(build_tree(scenario)) {}
+DenseTwin::DenseTwin(const Workload& workload)
+    : w_(workload), root_(workload.build_twin ? workload.build_twin() : workload.build()) {
+  if (w_.history) w_.history(*this);
+}
 
 void DenseTwin::retarget(const std::string& path) {
   target_.reset();
@@ -73,25 +76,26 @@ void DenseTwin::retarget(const std::string& path) {
   std::vector<at::Tensor> train;
   for (auto& [name, p] : params_)
     if (p.requires_grad()) train.push_back(p);
-  optimizer_ = make_optimizer(s_, train);
+  optimizer_ = w_.optimizer(train);
   pending_.clear();
   micro_steps_ = 0;
 }
 
-std::vector<double> DenseTwin::forward(int64_t index, const zero3::Route& route, zero3::ForwardInterceptor* trace) {
+std::vector<double> DenseTwin::forward(const std::vector<Batch>& batches, const std::vector<zero3::Route>& routes,
+                                       const std::vector<zero3::ForwardInterceptor*>& traces) {
   pending_.clear();
   std::vector<double> losses;
-  for (int r = 0; r < world_; ++r) {
-    const auto [x, y] = batch_of(s_, index, r);
-    zero3::Route cursor = route;
+  for (size_t r = 0; r < batches.size(); ++r) {
+    zero3::Route cursor = routes.at(r);
+    zero3::ForwardInterceptor* trace = r < traces.size() ? traces[r] : nullptr;
     at::Tensor out;
-    if (r == 0 && trace != nullptr) {  // every rank runs the same route: one trace is the schedule
+    if (trace != nullptr) {
       zero3::InterceptorScope scope(trace);
-      out = (*target_)(x, cursor);
+      out = (*target_)(batches[r].input, cursor);
     } else {
-      out = (*target_)(x, cursor);
+      out = (*target_)(batches[r].input, cursor);
     }
-    pending_.push_back(training_loss(out, y));
+    pending_.push_back(training_loss(out, batches[r].target));
     losses.push_back(pending_.back().item<double>());
   }
   return losses;
@@ -106,13 +110,14 @@ std::set<std::string> DenseTwin::backward() {
     for (auto& loss : pending_)
       if (loss.requires_grad()) loss.backward();
   }
+  const auto world = static_cast<int64_t>(pending_.size());
   pending_.clear();
   std::set<std::string> with_gradient;
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor g = params_[i].second.grad();
     if (!g.defined()) continue;
     with_gradient.insert(params_[i].first);
-    at::Tensor averaged = g.div(world_);
+    at::Tensor averaged = g.div(world);
     accum_[i] = accum_[i].defined() ? accum_[i].add_(averaged) : averaged;
     params_[i].second.mutable_grad() = at::Tensor();
   }
@@ -121,7 +126,7 @@ std::set<std::string> DenseTwin::backward() {
 
 void DenseTwin::step() {
   pending_.clear();  // a step changes parameters in place: a pending graph is stale
-  if (++micro_steps_ % s_.config.gradient_accumulation_steps != 0) return;
+  if (++micro_steps_ % w_.config.gradient_accumulation_steps != 0) return;
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].second.requires_grad()) params_[i].second.mutable_grad() = accum_[i];
   optimizer_->step();

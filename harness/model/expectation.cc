@@ -3,6 +3,8 @@
 // threshold, shard sizes from ceil(n/N). The engine's own policy and layout code is not called.
 #include "harness/model/model.h"
 
+#include "engine/errors.h"
+
 #include <ATen/ATen.h>
 
 #include <functional>
@@ -123,12 +125,21 @@ std::variant<Expectation, PlacementRefusal> expect(const std::shared_ptr<zero3::
 }
 
 std::optional<std::string> predict_initialize(const InitializeFacts& facts) {
+  using zero3::kind_name;
   if (facts.engine_live && (facts.overlaps_live_engine || facts.optimizer_held_by_live_engine))
-    return std::string("AlreadyInitialized");
-  if (!facts.batch_sizes_consistent) return std::string("ConfigError");
-  if (!facts.placement_evaluates) return std::string("PlacementError");
-  if (!facts.optimizer_covers_target) return std::string("OptimizerMismatch");
+    return kind_name<zero3::AlreadyInitialized>();
+  if (!facts.batch_sizes_consistent) return kind_name<zero3::ConfigError>();
+  if (!facts.placement_evaluates) return kind_name<zero3::PlacementError>();
+  if (!facts.optimizer_covers_target) return kind_name<zero3::OptimizerMismatch>();
   return std::nullopt;
+}
+
+bool is_predicted_refusal(const std::string& kind) {
+  using zero3::kind_name;
+  for (const char* refusal : {kind_name<zero3::AlreadyInitialized>(), kind_name<zero3::ConfigError>(),
+                              kind_name<zero3::PlacementError>(), kind_name<zero3::OptimizerMismatch>()})
+    if (kind == refusal) return true;
+  return false;
 }
 
 }  // namespace zerocheck::model

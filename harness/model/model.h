@@ -7,18 +7,23 @@
 //  - expected_params: for each parameter of the engine's target, its owner (from the user's
 //    attributes, by the rules written out here), whether it is persistent, and its shard size;
 //  - predict_initialize: which initialize must fail, and with which error;
-//  - DenseTwin: a single-copy model with its own forward, backward, step, save and load;
-//  - TrafficTrace: the collectives a forward and the following backward must issue, by kind.
+//  - Workload: what a run trains (a scenario's tree and data, or a named model's);
+//  - DenseTwin: the one dense reference, a single-copy model with its own forward, backward,
+//    step, save and load;
+//  - TrafficTrace: the collectives a forward and the following backward must issue, by kind;
+//  - expected_state_bytes: the model-state bytes a rank must hold.
 #pragma once
 
 #include "engine/attr_dict.h"
 #include "engine/comm.h"
 #include "engine/module.h"
-#include "harness/scenario.h"
+#include "engine/testing/training.h"
+#include "harness/scenario/scenario.h"
 
 #include <ATen/Tensor.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -111,7 +116,8 @@ int64_t chunk_of(int64_t numel, int world_size);
 at::Tensor expected_shard(const at::Tensor& full, int world_size, int rank);
 
 // The error a call of initialize must raise ("AlreadyInitialized", "ConfigError",
-// "PlacementError", "OptimizerMismatch"), or nothing when it must succeed.
+// "PlacementError", "OptimizerMismatch": kinds of engine/errors.h), or nothing when it must
+// succeed.
 struct InitializeFacts {
   bool engine_live = false;
   bool overlaps_live_engine = false;       // the target shares a module with the live engine's
@@ -121,20 +127,70 @@ struct InitializeFacts {
   bool optimizer_covers_target = true;     // exactly the target's trainable parameters
 };
 std::optional<std::string> predict_initialize(const InitializeFacts& facts);
+// Whether predict_initialize can name `kind`: the refusals the model knows; any other error from
+// initialize is unexpected (I7).
+bool is_predicted_refusal(const std::string& kind);
+
+// ---- what a run trains ------------------------------------------------------------------------
+
+class DenseTwin;
+
+// Everything both sides of a comparison need to train the same way: the ranks' engines and the
+// dense twin build the same model, feed the same data and step the same optimizer. A Scenario is
+// one (workload_of); `zerocheck train` and `zerocheck repro seed` make theirs from a named model
+// (harness/tools/).
+struct Workload {
+  // The user's model, the same values on every call.
+  std::function<std::shared_ptr<zero3::Module>()> build;
+  // The micro-batch `rank` feeds in operation `index`, a pure function of both.
+  std::function<Batch(int64_t index, int rank)> batch;
+  // The route `rank`'s forward takes in operation `index` (`op`, a forward).
+  std::function<zero3::Route(int64_t index, int rank, const Op& op)> route;
+  // The user's optimizer over the given parameters.
+  OptimizerFactory optimizer;
+  // State tensors the optimizer keeps per stepped parameter (Adam 2, SGD with momentum 1): the
+  // state-bytes yardstick's factor.
+  int64_t optimizer_states = 2;
+  // The DeepSpeed config, the placement policy in it.
+  zero3::Config config;
+  // What the model went through before this run (the saved run of a resumed checkpoint): applied
+  // to every new twin, which it leaves saved as that run left it, so the run's resume loads it.
+  // Empty: the run starts from the model as built.
+  std::function<void(DenseTwin&)> history;
+  // The twin's model when it starts elsewhere than the ranks' (a resumed run: the ranks build
+  // other initial values, which their load must overwrite; the twin starts from the saved run's).
+  // Empty: `build`.
+  std::function<std::shared_ptr<zero3::Module>()> build_twin;
+  // A checkpoint every engine of the run loads as part of its initialize (a resumed run), and the
+  // twin with it the state `history` saved. Empty: none.
+  std::string resume_from;
+};
+
+// Returns the scenario's workload: build_tree, batch_of, the operation's route for every rank,
+// the scenario's optimizer, its config with its placement. `scenario` must outlive it.
+Workload workload_of(const Scenario& scenario);
 
 // ---- the dense twin ---------------------------------------------------------------------------
 
-// A single-copy model trained exactly as the engine should train its copy: every rank's
-// micro-batch, gradients summed in rank order and divided by the world size once per backward.
+// The one dense reference: a single copy of the workload's model trained exactly as the engine
+// should train its copy: every rank's micro-batch, gradients summed in rank order and divided by
+// the world size once per backward, accumulated over gradient_accumulation_steps, one optimizer
+// step over whole tensors. On CPU the engine must match it bit for bit (tolerance 0, README).
+//
+// Computes on one intra-op thread (use_sequential_kernels, harness/world/world.h), as the ranks.
 class DenseTwin {
  public:
   using OptimizerState = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
-  explicit DenseTwin(const Scenario& scenario);
+  // Builds the model and applies the workload's history. `workload` must outlive the twin.
+  explicit DenseTwin(const Workload& workload);
   // Starts training the module at `path` afresh with a new optimizer (a new engine).
   void retarget(const std::string& path);
-  // Runs every rank's micro-batch of operation `index` on `route`; returns the losses by rank.
-  std::vector<double> forward(int64_t index, const zero3::Route& route, zero3::ForwardInterceptor* trace);
-  // Back-propagates the pending losses; returns the paths of the parameters that got a gradient.
+  // Runs every rank's micro-batch (batches[r], on routes[r]) of a world of batches.size() ranks;
+  // traces[r], when given and not null, follows rank r's forward. Returns the losses by rank.
+  std::vector<double> forward(const std::vector<Batch>& batches, const std::vector<zero3::Route>& routes,
+                              const std::vector<zero3::ForwardInterceptor*>& traces = {});
+  // Back-propagates the pending losses, averaged over the ranks of their forward; returns the
+  // paths of the parameters that got a gradient.
   std::set<std::string> backward();
   void step();
   void zero_grad();
@@ -147,8 +203,7 @@ class DenseTwin {
   const std::shared_ptr<zero3::Module>& target() const { return target_; }
 
  private:
-  const Scenario& s_;
-  int world_;
+  const Workload& w_;
   std::shared_ptr<zero3::Module> root_, target_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::vector<at::Tensor> accum_;  // averaged gradients, aligned with params_
@@ -160,8 +215,10 @@ class DenseTwin {
   int64_t saved_micro_steps_ = 0;
 };
 
-// The micro-batch of `rank` for operation `index`: a pure function, so both sides see it.
-std::pair<at::Tensor, at::Tensor> batch_of(const Scenario& s, int64_t index, int rank);
+// The micro-batch of `rank` for operation `index` of a scenario: a pure function, so both sides
+// see it.
+Batch batch_of(const Scenario& s, int64_t index, int rank);
+// The scenario's optimizer over `params` (its kind and learning rate; SGD's momentum 0.9).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::vector<at::Tensor> params);
 
 // ---- traffic ----------------------------------------------------------------------------------

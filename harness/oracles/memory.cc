@@ -15,9 +15,11 @@ Result memory(const model::Expectation& expected, const std::vector<ObservedPara
     };
     if (e.persistent) {
       if (!o.reported_persistent) return fail("persistent (whole on every rank)", "partitioned", "a persistent parameter is partitioned");
-      if (o.param_elements != e.numel)
-        return fail(fmt::format("{} elements", e.numel), fmt::format("{} elements", o.param_elements),
-                    "a persistent parameter is not whole");
+      // Storage, not the tensor's element count: a view of whole numel over a smaller storage
+      // would hold less than the parameter.
+      if (o.param_bytes != e.numel * 4)
+        return fail(fmt::format("{} bytes ({} fp32 elements)", e.numel * 4, e.numel),
+                    fmt::format("{} bytes behind the model tensor", o.param_bytes), "a persistent parameter is not whole");
       if (o.full_grad_bytes != 0) return fail("no full gradient", fmt::format("{} bytes", o.full_grad_bytes),
                                               "a persistent parameter keeps its gradient past backward");
       return std::nullopt;
@@ -43,6 +45,17 @@ Result memory(const model::Expectation& expected, const std::vector<ObservedPara
                   fmt::format("{}", o.optimizer_elements), "optimizer state is not per shard");
     return std::nullopt;
   });
+}
+
+Result unlisted_memory(int64_t held, int64_t accounted, const std::string& target) {
+  if (held == accounted) return std::nullopt;
+  if (held > accounted)
+    return violation("I4", target, "", fmt::format("{} bytes: the tensors of its parameters and the user's", accounted),
+                     fmt::format("{} bytes allocated and still held", held),
+                     fmt::format("this rank holds {} bytes that no tensor of a parameter accounts for", held - accounted));
+  return violation("I4", target, "", fmt::format("{} bytes: the tensors of its parameters and the user's", accounted),
+                   fmt::format("{} bytes allocated and still held", held),
+                   fmt::format("{} bytes of this rank's tensors were not allocated by this rank", accounted - held));
 }
 
 }  // namespace zerocheck::oracles

@@ -1,14 +1,20 @@
 // The oracles: one function per invariant, expectation + observation -> violation or nothing.
 //
 // The expectation comes from harness/model (the scenario and the world size only); the
-// observation is measured from the engine's tensors by the interpreter. Every oracle walks every
-// parameter of both sides and fails on anything it cannot match: a parameter the engine does not
-// report, one it reports that the model does not have, a report that disagrees with the spec.
-// The invariants are one table (ZEROCHECK_INVARIANTS), also exported to the Python replay.
+// observation is measured from the engine's tensors and from what the rank allocated
+// (observation.h). Every oracle walks every parameter of both sides and fails on anything it
+// cannot match: a parameter the engine does not report, one it reports that the model does not
+// have, a report that disagrees with the spec. The invariants themselves are one table
+// (harness/scenario/invariants.h).
+//
+// A new oracle: a function here (and its .cc), its row in that table, and a call at its place in
+// the interpreter's check order (harness/interpreter/rank_interpreter.cc).
 #pragma once
 
 #include "harness/model/model.h"
-#include "harness/verdict.h"
+#include "harness/oracles/observation.h"
+#include "harness/oracles/violation.h"
+#include "harness/scenario/invariants.h"
 
 #include <ATen/Tensor.h>
 
@@ -19,57 +25,6 @@
 #include <vector>
 
 namespace zerocheck::oracles {
-
-// X(name, statement): every invariant.
-#define ZEROCHECK_INVARIANTS(X)                                                                      \
-  X(I1, "user attributes equal the user's last write on every module and parameter")               \
-  X(I2, "a placed module's parameters live whole on exactly the owner the user's attributes give, " \
-        "and nothing is placed that the policy does not place")                                    \
-  X(I3, "losses and every parameter (this rank's shard, padding zero) equal the dense twin's")     \
-  X(I4, "outside forward/backward a partitioned parameter holds exactly its shard (storage of "    \
-        "ceil(n/N) elements) and no full data or gradient; a persistent one is whole")             \
-  X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing")            \
-  X(I6, "save then load restores shards and optimizer state bit-exactly, and a world of another "  \
-        "size that loads the checkpoint holds the same parameters and optimizer state; the "       \
-        "consolidated state dict equals the gathered parameters")                                  \
-  X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
-  X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
-        "collective kind; step and zero_grad move nothing")
-
-struct InvariantRow {
-  const char* name;
-  const char* statement;
-};
-const std::vector<InvariantRow>& invariant_rows();
-// Every invariant's name, in table order (the interpreter's check order is its own).
-const std::vector<std::string>& invariants();
-// Returns the invariants named in `list` ("I3,I8"). Throws zero3::UsageError naming an unknown one.
-std::set<std::string> parse_invariants(const std::string& list);
-
-// What this rank holds for one parameter the engine reports, measured from the tensors.
-struct ObservedParam {
-  std::string path;
-  int reported_owner = -1;
-  bool reported_persistent = false;
-  int64_t param_elements = 0;     // the model tensor's elements
-  int64_t param_bytes = 0;        // storage behind the model tensor
-  int64_t master_bytes = 0;       // storage behind the fp32 copy, unless it is the model tensor's
-  int64_t grad_shard_bytes = 0;   // storage behind the shard gradient
-  int64_t full_grad_bytes = 0;    // storage behind the model tensor's .grad
-  int64_t optimizer_elements = 0; // optimizer state for this parameter
-  at::Tensor master;
-};
-
-// What a world holds for one parameter, gathered whole from its shards (or from the rank it is
-// placed on): two worlds of different sizes that loaded one checkpoint must hold the same.
-struct WholeParam {
-  std::string path;
-  at::Tensor value;               // every element, flattened, CPU
-  bool has_state = false;         // the optimizer holds state for it
-  std::vector<at::Tensor> state;  // the state's fields in the kind's order, each whole; a number
-                                  // (Adam's step) as one element, an absent field undefined
-  std::string problem;            // why it could not be gathered whole ("" when it could)
-};
 
 using Result = std::optional<Violation>;
 // A violation without operation index and rank (the interpreter stamps those).
@@ -99,6 +54,11 @@ Result placement(const model::Expectation& expected, const std::vector<ObservedP
 // I4: shards and persistent parameters hold exactly what the spec says, measured from storage.
 Result memory(const model::Expectation& expected, const std::vector<ObservedParam>& observed,
               const std::string& target);
+// I4 without anybody's list: the bytes the rank's allocations still hold (`held`, RankMemory)
+// against the bytes behind every tensor it is known to hold (`accounted`, accounted_bytes). More
+// held than accounted for is a copy that no list shows; less, a listed tensor the rank did not
+// allocate.
+Result unlisted_memory(int64_t held, int64_t accounted, const std::string& target);
 
 // I3: every parameter equals the twin's (this rank's shard of it, zero-padded).
 Result parity(const model::Expectation& expected, const model::DenseTwin& twin,
@@ -124,10 +84,15 @@ Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor
 // what this world holds after loading it: every parameter and optimizer state field, bit for bit.
 Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
                  const std::string& target);
-// I6: the consolidated state dict (rank 0) equals the gathered parameters, for every parameter
-// that is not placed on another rank.
+// I6: the consolidated state dict (rank 0's) holds every parameter of the model, each equal to the
+// dense twin's (as numbers, like I3), and nothing else.
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,
-                    const std::vector<std::pair<std::string, at::Tensor>>& gathered, const std::string& target);
+                    const model::DenseTwin& twin, const std::string& target);
+
+// The largest |a - b| over the elements of two tensors of the same shape, positions where both
+// are NaN counted as equal and a NaN on one side only as an infinite difference: for reports
+// that print how far apart two computations are. Shapes that differ give infinity.
+double max_abs_difference(const at::Tensor& a, const at::Tensor& b);
 
 // I8: the elements moved by `operation` equal the prediction, kind by kind.
 Result traffic(const std::string& operation, const model::Traffic& expected, const model::Traffic& measured,

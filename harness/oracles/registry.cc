@@ -2,21 +2,25 @@
 // repeat changed nothing. A policy the model cannot evaluate is a placement promise (I2).
 #include "harness/oracles/oracles.h"
 
+#include "engine/errors.h"
+
 #include <ATen/ATen.h>
 
 namespace zerocheck::oracles {
 
 Result initialize_outcome(const std::optional<std::string>& predicted, bool created, const std::string& raised,
                           const std::string& target) {
+  using zero3::kind_name;
+  const std::string repeat = kind_name<zero3::AlreadyInitialized>(), placement = kind_name<zero3::PlacementError>();
   if (!predicted) {
     if (created) return std::nullopt;
-    return violation(raised == "PlacementError" ? "I2" : "I7", target, "", "an engine", raised,
+    return violation(raised == placement ? "I2" : "I7", target, "", "an engine", raised,
                      "initialize refused valid input");
   }
-  const char* invariant = *predicted == "AlreadyInitialized" ? "I5" : *predicted == "PlacementError" ? "I2" : "I7";
+  const char* invariant = *predicted == repeat ? "I5" : *predicted == placement ? "I2" : "I7";
   if (created)
     return violation(invariant, target, "", *predicted, "accepted",
-                     *predicted == "AlreadyInitialized" ? "a repeated initialize of a managed model or optimizer was accepted"
+                     *predicted == repeat ? "a repeated initialize of a managed model or optimizer was accepted"
                                                         : "initialize accepted input it must refuse");
   if (raised != *predicted)
     return violation(invariant, target, "", *predicted, raised, "initialize refused with an unexpected error");

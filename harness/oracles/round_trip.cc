@@ -64,19 +64,18 @@ Result resharded(const std::vector<WholeParam>& here, const std::vector<WholePar
 }
 
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,
-                    const std::vector<std::pair<std::string, at::Tensor>>& gathered, const std::string& target) {
-  for (const auto& [path, p] : gathered) {
-    const model::ExpectedParam* e = expected.find(path);
-    if (e == nullptr)
-      return violation("I6", target, path, "<no such parameter>", "gathered", "the model has no such parameter");
-    if (e->owner > 0) continue;  // whole only on its owner: rank 0 cannot read it from its own model
-    auto it = consolidated.find(path);
+                    const model::DenseTwin& twin, const std::string& target) {
+  for (const auto& e : expected.params) {
+    auto it = consolidated.find(e.path);
     if (it == consolidated.end())
-      return violation("I6", target, path, "the gathered parameter", "<missing>",
+      return violation("I6", target, e.path, "the dense twin's parameter", "<missing>",
                        "the consolidated state dict lacks a parameter");
-    if (!same_bits(it->second, p))
-      return violation("I6", target, path, "the gathered parameter", difference(p, it->second),
-                       "the consolidated state dict differs from the gathered parameter");
+    const at::Tensor dense = twin.param(e.path);
+    if (!dense.defined())
+      return violation("I6", target, e.path, "a parameter of the dense twin", "<none>", "the dense twin lacks a parameter");
+    if (!same_numbers(it->second, dense))
+      return violation("I6", target, e.path, "the dense twin's values", difference(dense, it->second),
+                       "the consolidated state dict differs from the dense twin");
   }
   for (const auto& [path, tensor] : consolidated)
     if (expected.find(path) == nullptr)

@@ -1,10 +1,14 @@
-// The two ways the oracles call tensors equal (oracles.h): as numbers, and bit for bit.
+// The two ways the oracles call tensors equal (oracles.h): as numbers, and bit for bit; and how a
+// violation describes a difference.
 #include "harness/oracles/oracles.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace zerocheck::oracles {
 namespace {
@@ -50,6 +54,35 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0) return true;  // no bytes (and data_ptr() may be null: memcmp must not see it)
   const at::Tensor x = on_host(a), y = on_host(b);
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+double max_abs_difference(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return std::numeric_limits<double>::infinity();
+  if (a.numel() == 0) return 0;
+  const at::Tensor x = a.detach().cpu().to(at::kDouble).reshape({-1});
+  const at::Tensor y = b.detach().cpu().to(at::kDouble).reshape({-1});
+  const double* p = x.contiguous().data_ptr<double>();
+  const double* q = y.contiguous().data_ptr<double>();
+  double worst = 0;
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+    if (same_numbers(p[i], q[i])) continue;  // the one NaN rule: NaN matches NaN
+    const double d = std::abs(p[i] - q[i]);
+    worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
+  }
+  return worst;
+}
+
+Violation violation(const std::string& invariant, const std::string& module_path, const std::string& attribute,
+                    const std::string& expected, const std::string& actual, const std::string& message) {
+  return Violation{invariant, -1, 0, module_path, attribute, expected, actual, message};
+}
+
+std::string difference(const at::Tensor& expected, const at::Tensor& actual) {
+  if (!actual.defined()) return "<none>";
+  if (expected.sizes() != actual.sizes())
+    return fmt::format("shape {} (expected {})", c10::str(actual.sizes()), c10::str(expected.sizes()));
+  if (expected.numel() == 0) return "equal";
+  return fmt::format("max diff {:g}", max_abs_difference(expected, actual));
 }
 
 }  // namespace zerocheck::oracles

@@ -6,7 +6,7 @@
 // is seen to fail without any engine fault.
 #include <gtest/gtest.h>
 
-#include "harness/fault_under_test.h"
+#include "engine/testing/fault_under_test.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/model/model.h"
 #include "harness/oracles/oracles.h"
@@ -44,6 +44,8 @@ TEST(CaughtOnlyByTheSplitOracles, ExtraCollectivePerStep) { expect_holds("extra-
 TEST(CaughtOnlyByTheSplitOracles, RefuseGradientAccumulation) { expect_holds("refuse-gradient-accumulation"); }
 TEST(CaughtOnlyByTheSplitOracles, PlacedCopiesKept) { expect_holds("placed-copies-kept"); }
 TEST(CaughtOnlyByTheSplitOracles, RepeatRefusedWithWrongError) { expect_holds("repeat-refused-with-wrong-error"); }
+// A shard copied into a member the engine lists nowhere: only what the rank allocated shows it.
+TEST(CaughtOnlyByTheSplitOracles, HiddenShardCopy) { expect_holds("hidden-shard-copy"); }
 
 // ---- the model and the oracles by hand --------------------------------------------------------
 
@@ -162,6 +164,22 @@ TEST(Oracles, EveryParameterOnEitherSideMustBeMatched) {
   EXPECT_EQ(oracles::memory(e, observed, "")->invariant, "I4");
 }
 
+// The whole-rank memory check against its two ways to fail, and a NaN on one side of a difference.
+TEST(Oracles, WhatARankHoldsIsAccountedForByteForByte) {
+  EXPECT_FALSE(oracles::unlisted_memory(4096, 4096, "").has_value());
+  const auto more = oracles::unlisted_memory(4096 + 52, 4096, "a");
+  ASSERT_TRUE(more.has_value());
+  EXPECT_EQ(more->invariant, "I4");
+  EXPECT_NE(more->message.find("52 bytes that no tensor of a parameter accounts for"), std::string::npos) << more->message;
+  const auto less = oracles::unlisted_memory(4000, 4096, "a");
+  ASSERT_TRUE(less.has_value());
+  EXPECT_NE(less->message.find("96 bytes"), std::string::npos) << less->message;
+  const double nan = std::nan("");
+  EXPECT_EQ(oracles::max_abs_difference(at::tensor({1.0f, static_cast<float>(nan)}), at::tensor({1.0f, static_cast<float>(nan)})), 0.0);
+  EXPECT_TRUE(std::isinf(oracles::max_abs_difference(at::tensor({1.0f, static_cast<float>(nan)}), at::tensor({1.0f, 2.0f}))));
+  EXPECT_EQ(oracles::max_abs_difference(at::tensor({1.0f, 2.0f}), at::tensor({1.5f, 2.0f})), 0.5);
+}
+
 TEST(Oracles, TrafficIsComparedKindByKind) {
   model::Traffic expected{10, 10, 0, 0, 0};
   EXPECT_FALSE(oracles::traffic("backward", expected, expected, "").has_value());
@@ -173,8 +191,8 @@ TEST(Oracles, TrafficIsComparedKindByKind) {
 }
 
 TEST(Oracles, EachInvariantCanBeSwitchedOffByName) {
-  EXPECT_EQ(oracles::parse_invariants("I3,I8"), (std::set<std::string>{"I3", "I8"}));
-  EXPECT_THROW(oracles::parse_invariants("I9"), zero3::UsageError);
+  EXPECT_EQ(parse_invariants("I3,I8"), (std::set<std::string>{"I3", "I8"}));
+  EXPECT_THROW(parse_invariants("I9"), zero3::UsageError);
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ TEST(ProcessWorld, AFoundViolationShrinksToTheSameScenarioAndReplayCommand) {
   EXPECT_EQ(actual, expected);
   EXPECT_EQ(replay.rfind("zerocheck replay zc-procs/", 0), 0u) << replay;
   // The written scenario replays to the same violation on threads and on processes.
-  const std::string file = replay.substr(std::string("zerocheck replay ").size(), replay.find(" --engine") - 17);
+  const std::string file = parse_json(procs)["violations"][0]["scenario_file"].get<std::string>();
   const CliRun again_threads = run_cli("replay " + file + " --engine shard-offset-off-by-one --json", "none", false);
   const CliRun again_procs =
       run_cli("replay " + file + " --engine shard-offset-off-by-one --json --procs 3", tag_for("replay"), false);
@@ -148,13 +148,11 @@ TEST(ProcessWorld, ReproSeedOnProcessesEqualsThreads) {
     const CliRun procs = run_cli("repro seed --procs 3 --json --engine " + engine, tag_for("repro"), false);
     EXPECT_EQ(procs.exit_code, threads.exit_code) << engine << "\n" << procs.output;
     EXPECT_EQ(threads.exit_code, engine == "reference" ? 0 : 1) << threads.output;
-    // The refusal names the engine by its address: equal in kind, not in bytes.
+    // The refusal's message names the engine by its address: equal in kind, not in bytes.
     auto expected = parse_json(threads), actual = parse_json(procs);
-    for (auto* report : {&expected, &actual}) {
-      const std::string refusal = (*report)["reinit_error"].is_string() ? (*report)["reinit_error"].get<std::string>() : "";
-      (*report)["reinit_error"] = refusal.substr(0, refusal.find("engine@"));
-    }
+    for (auto* report : {&expected, &actual}) report->erase("reinit_error");
     EXPECT_EQ(actual, expected) << engine;
+    EXPECT_EQ(actual["reinit_error_kind"], engine == "reference" ? "AlreadyInitialized" : "") << engine;
   }
 }
 
@@ -223,13 +221,15 @@ void expect_every_other_worker_names(const CliRun& run, int procs, int lost, con
   EXPECT_NE(run.output.find(what), std::string::npos) << what << "\n" << run.output;
 }
 
-TEST(ProcessWorld, AKilledRankFailsEveryoneWithinTenSeconds) {
+// The launcher posts a killed rank at once, so nobody waits for the collective timeout: the run
+// ends in a few seconds, and the bound is the timeout itself (30 s), what waiting would cost.
+TEST(ProcessWorld, AKilledRankFailsEveryoneWithoutWaitingForTheTimeout) {
   const std::string tag = tag_for("kill");
   const CliRun run = run_cli("train --procs 3 --steps 3 --kill-rank 1 --at-op 1 --collective-timeout 30", tag);
   EXPECT_EQ(run.exit_code, 1) << run.output;
   expect_every_other_worker_names(run, 3, 1, "rank 1 was killed by signal 9");
   EXPECT_NE(run.output.find("operation 1 (training step)"), std::string::npos) << run.output;
-  EXPECT_LT(run.seconds, 25.0) << run.output;
+  EXPECT_LT(run.seconds, 30.0) << "the workers waited for the collective timeout\n" << run.output;
   EXPECT_EQ(left_behind(tag), 0);
   std::cout << "[ detection ] kill: whole run " << run.seconds << " s; launcher: "
             << run.output.substr(run.output.rfind("every worker stopped")) << std::flush;
@@ -244,13 +244,16 @@ TEST(ProcessWorld, AKilledRankDuringCheckFailsEveryone) {
   EXPECT_EQ(left_behind(tag), 0);
 }
 
+// A hang is named only after the collective timeout (2 s here): never sooner. The end is bounded
+// by the timeout, the 1.5 s roll call of the peers and the launcher's 10 s grace before SIGKILL:
+// 13.5 s, and 25 s leaves a margin for a loaded machine.
 TEST(ProcessWorld, AHungRankIsNamedAfterTheCollectiveTimeout) {
   const std::string tag = tag_for("hang");
   const CliRun run = run_cli("train --procs 3 --steps 3 --hang-rank 2 --at-op 1 --collective-timeout 2", tag);
   EXPECT_EQ(run.exit_code, 1) << run.output;
   expect_every_other_worker_names(run, 3, 2, "rank 2 hung");
   EXPECT_NE(run.output.find("operation 1 (training step)"), std::string::npos) << run.output;
-  EXPECT_GT(run.seconds, 2.0);
+  EXPECT_GT(run.seconds, 2.0) << "a hang was named before the collective timeout";
   EXPECT_LT(run.seconds, 25.0) << run.output;
   EXPECT_EQ(left_behind(tag), 0);
   std::cout << "[ detection ] hang (collective timeout 2 s): whole run " << run.seconds << " s; launcher: "

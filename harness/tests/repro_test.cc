@@ -3,10 +3,12 @@
 
 #include "engine/engine.h"
 #include "engine/legacy_mode.h"
-#include "harness/models.h"
-#include "harness/repro_seed.h"
+#include "engine/testing/models.h"
+#include "harness/tools/repro_seed.h"
 
 #include <torch/optim/adam.h>
+
+#include <algorithm>
 
 namespace zerocheck {
 namespace {
@@ -20,8 +22,7 @@ std::vector<int64_t> arithmetic(int64_t first, int64_t step, int64_t count) {
 TEST(ReproSeed, Legacy0154RenumbersTheExpertsAndMovesThem) {
   ReproOptions options;
   options.fault = zero3::Fault::legacy_0_15_4;
-  options.world_size = 2;
-  const ReproReport report = run_repro_seed(options);
+  const ReproReport report = run_repro_seed(options, *make_world(2));
   EXPECT_EQ(report.ids_before, arithmetic(0, 1, 60));
   EXPECT_EQ(report.ids_after_init, arithmetic(2, 2, 60));      // 2, 4, ..., 120
   EXPECT_EQ(report.ids_after_reinit, arithmetic(123, 2, 60));  // 123, 125, ..., 241
@@ -29,23 +30,28 @@ TEST(ReproSeed, Legacy0154RenumbersTheExpertsAndMovesThem) {
   EXPECT_NE(report.placement_after, report.placement_before);
   EXPECT_EQ(report.placement_after, std::vector<int64_t>(60, 0));  // every expert on rank 0
   EXPECT_EQ(report.placement_observed, std::vector<int64_t>(60, 0));  // and their bytes too
+  // The oracles saw it all: the ids (I1), the placement (I2), the accepted repeat (I5).
+  for (const char* invariant : {"I1 violated", "I2 violated", "I5 violated"})
+    EXPECT_TRUE(std::any_of(report.violations.begin(), report.violations.end(),
+                            [&](const std::string& v) { return v.find(invariant) != std::string::npos; }))
+        << invariant << " missing from\n" << report.to_text();
   EXPECT_FALSE(report.intact());
 }
 
 TEST(ReproSeed, ReferenceKeepsIdsAndPlacementAndRefusesTheSecondInitialize) {
   for (int world = 1; world <= 4; ++world) {
-    ReproOptions options;
-    options.world_size = world;
-    const ReproReport report = run_repro_seed(options);
+    const ReproReport report = run_repro_seed(ReproOptions{}, *make_world(world));
     EXPECT_EQ(report.ids_after_init, arithmetic(0, 1, 60)) << world;
     EXPECT_EQ(report.ids_after_reinit, arithmetic(0, 1, 60)) << world;
     ASSERT_TRUE(report.reinit_error.has_value()) << world;
-    EXPECT_EQ(report.reinit_error->rfind("AlreadyInitialized", 0), 0u) << *report.reinit_error;
+    EXPECT_EQ(report.reinit_error_kind, "AlreadyInitialized") << *report.reinit_error;
     EXPECT_EQ(report.placement_after, report.placement_before);
     std::vector<int64_t> by_id;
     for (int64_t id = 0; id < 60; ++id) by_id.push_back(id % world);
     EXPECT_EQ(report.placement_observed, by_id) << world;
-    EXPECT_FALSE(report.forward_error.has_value());
+    EXPECT_FALSE(report.failure.has_value());
+    EXPECT_TRUE(report.forward_loss.has_value());
+    EXPECT_TRUE(report.violations.empty()) << report.to_text();
     EXPECT_TRUE(report.intact()) << report.to_text();
   }
 }
@@ -53,7 +59,7 @@ TEST(ReproSeed, ReferenceKeepsIdsAndPlacementAndRefusesTheSecondInitialize) {
 TEST(ReproSeed, PlacementFromEngineIdsIsSeenInResidency) {
   ReproOptions options;
   options.fault = zero3::Fault::placement_from_engine_ids;
-  const ReproReport report = run_repro_seed(options);
+  const ReproReport report = run_repro_seed(options, *make_world(2));
   EXPECT_TRUE(report.ids_intact());  // the attributes are fine; the bytes are not
   EXPECT_NE(report.placement_observed, report.placement_before);
   EXPECT_FALSE(report.intact());
@@ -62,7 +68,7 @@ TEST(ReproSeed, PlacementFromEngineIdsIsSeenInResidency) {
 TEST(ReproSeed, LegacyDsIdKeepsIdButClobbersAUsersDsId) {
   ReproOptions options;
   options.fault = zero3::Fault::legacy_ds_id;
-  const ReproReport report = run_repro_seed(options);
+  const ReproReport report = run_repro_seed(options, *make_world(2));
   EXPECT_EQ(report.ids_after_init, arithmetic(0, 1, 60));
   EXPECT_TRUE(report.ids_intact());
   EXPECT_FALSE(report.reinit_error.has_value());  // upstream still accepts it
@@ -70,9 +76,7 @@ TEST(ReproSeed, LegacyDsIdKeepsIdButClobbersAUsersDsId) {
 
   // The rename only moved the collision: a user whose experts carry `ds_id` loses it.
   zero3::reset_legacy_counters();
-  WorldOptions world;
-  world.world_size = 1;
-  run_world(world, [](zero3::Comm& comm) {
+  make_world(1)->run([](zero3::Comm& comm) {
     auto model = model_spec("seed").build(0);
     auto experts = seed_experts(*model);
     for (size_t i = 0; i < experts.size(); ++i)

@@ -2,9 +2,9 @@
 // (as `zerocheck replay` reports it, exit 2), every valid one holds on the reference engine.
 #include <gtest/gtest.h>
 
-#include "harness/collision_names.h"
+#include "harness/scenario/collision_names.h"
 #include "harness/interpreter/interpreter.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 """Strict reader of scenario files ("format": "zerocheck-scenario/1", harness/SCENARIO_FORMAT.md).
 
-The rules, paths and messages are the C++ reader's (harness/scenario.cc): an unknown key, a wrong
+The rules, paths and messages are the C++ reader's (harness/scenario/read.cc, validate.cc): an unknown key, a wrong
 type, a value out of range or a broken structural rule raises ScenarioError "<JSON path>:
 <message>" (`$.tree[3].children[0]: ...`); the shared fixtures in
 harness/tests/scenarios/malformed/ hold both readers to the same line. Kinds, operations, keys

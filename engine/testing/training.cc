@@ -1,0 +1,42 @@
+#include "engine/testing/training.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <unordered_set>
+
+namespace zerocheck {
+
+OptimizerFactory adam_factory(double lr) {
+  return [lr](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(lr));
+  };
+}
+
+OptimizerFactory sgd_factory(double lr, double momentum) {
+  return [lr, momentum](std::vector<at::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(lr).momentum(momentum));
+  };
+}
+
+at::Tensor training_loss(const at::Tensor& output, const at::Tensor& target) { return at::mse_loss(output, target); }
+
+std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters(const std::shared_ptr<zero3::Module>& root) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& [path, module] : zero3::unique_modules(root))
+    for (const auto& item : module->own_parameters())
+      if (seen.insert(item.second.unsafeGetTensorImpl()).second)
+        out.emplace_back(path.empty() ? item.first : path + "." + item.first, item.second);
+  return out;
+}
+
+std::vector<at::Tensor> trainable_parameters(const zero3::Module& root) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : zero3::unique_parameters(root))
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+}  // namespace zerocheck

@@ -1,0 +1,20 @@
+// A scenario as a workload: the tree it builds, the data batch_of feeds, the routes its forward
+// operations name, its optimizer and its config with its placement policy.
+#include "harness/model/model.h"
+
+namespace zerocheck::model {
+
+Workload workload_of(const Scenario& scenario) {
+  Workload w;
+  const Scenario* s = &scenario;
+  w.build = [s] { return build_tree(*s); };
+  w.batch = [s](int64_t index, int rank) { return batch_of(*s, index, rank); };
+  w.route = [](int64_t, int, const Op& op) { return route_of(op); };  // every rank takes the op's route
+  w.optimizer = [s](std::vector<at::Tensor> params) { return make_optimizer(*s, std::move(params)); };
+  w.optimizer_states = scenario.optimizer == "sgd" ? 1 : 2;
+  w.config = scenario.config;
+  w.config.placement = scenario.placement;  // handed over as the user would
+  return w;
+}
+
+}  // namespace zerocheck::model

@@ -1,0 +1,77 @@
+// From a Scenario to modules: build_tree through the schema's builders, and the shape summary.
+#include "harness/scenario/scenario.h"
+
+#include "engine/layers.h"
+
+namespace zerocheck {
+namespace {
+
+// Returns the module of `module`'s subtree that registers the parameter named `qualified` from
+// `module` ("linear.weight"), and the parameter's local name there: the names are compared whole,
+// as named_parameters() makes them, never cut.
+std::pair<zero3::Module*, std::string> owner_of(const std::shared_ptr<zero3::Module>& module,
+                                                const std::string& qualified) {
+  for (const auto& [path, sub] : zero3::unique_modules(module))
+    for (const auto& item : sub->own_parameters())
+      if ((path.empty() ? item.first : path + "." + item.first) == qualified) return {sub.get(), item.first};
+  throw ScenarioError(module->kind() + " has no parameter '" + qualified + "'");
+}
+
+}  // namespace
+
+const char* to_string(OpKind kind) { return row_of(kind).name; }
+
+const schema::OpRow& row_of(OpKind kind) { return schema::op_rows().at(static_cast<size_t>(kind)); }
+
+std::shared_ptr<zero3::Module> build_tree(const Scenario& s) {
+  validate(s);
+  std::vector<std::shared_ptr<zero3::Module>> built(s.tree.size());
+  // Children come after parents, so build from the last node back to the root.
+  for (size_t k = s.tree.size(); k-- > 0;) {
+    const NodeSpec& node = s.tree[k];
+    std::vector<std::shared_ptr<zero3::Module>> children;
+    for (int c : node.children) children.push_back(built[static_cast<size_t>(c)]);
+    std::shared_ptr<zero3::Module> m = schema::find_node_kind(node.kind)->build(node, s.features, children);
+    for (const auto& e : node.attrs) m->attrs().set(e.name, e.value);
+    for (const auto& [name, entries] : node.param_attrs) {
+      auto [owner, local] = owner_of(m, name);
+      for (const auto& e : entries) owner->param_attrs(local).set(e.name, e.value);
+    }
+    for (const auto& name : node.frozen) {
+      auto [owner, local] = owner_of(m, name);
+      owner->named_parameters(false)[local].set_requires_grad(false);
+    }
+    built[k] = m;
+  }
+  zero3::init_parameters(*built[0], s.seed);
+  return built[0];
+}
+
+zero3::Route route_of(const Op& op) { return zero3::Route::cyclic(op.route); }
+
+ScenarioShape shape_of(const Scenario& s) {
+  ScenarioShape shape;
+  // Counted on the built tree: a node may hold submodules of its own (an Expert's linear).
+  shape.modules = static_cast<int64_t>(zero3::unique_modules(build_tree(s)).size());
+  shape.ops = static_cast<int64_t>(s.ops.size());
+  std::vector<int> references(s.tree.size(), 0);
+  std::vector<bool> reachable(s.tree.size(), false);
+  reachable[0] = true;
+  for (size_t i = 0; i < s.tree.size(); ++i) {
+    if (!reachable[i]) continue;
+    const NodeSpec& node = s.tree[i];
+    shape.frozen |= !node.frozen.empty();
+    int64_t numel = 1;
+    for (int64_t d : node.shape) numel *= d;
+    shape.zero_size |= !node.shape.empty() && numel == 0;
+    for (int c : node.children) {
+      reachable[static_cast<size_t>(c)] = true;
+      shape.tied |= ++references[static_cast<size_t>(c)] > 1;
+      // An expert: a child of a kind that needs at least one child (an MoE).
+      shape.experts |= schema::find_node_kind(node.kind)->children == schema::Children::at_least_one;
+    }
+  }
+  return shape;
+}
+
+}  // namespace zerocheck

@@ -1,0 +1,365 @@
+#include "harness/scenario/draw/draw_scenario.h"
+
+#include "engine/errors.h"
+#include "engine/layers.h"
+#include "harness/scenario/collision_names.h"
+#include "harness/scenario/schema.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace zerocheck {
+namespace {
+
+namespace limits = schema::limits;
+
+// An inclusive range of whole numbers, drawn uniformly.
+struct Span {
+  int64_t lo, hi;
+};
+constexpr bool within(Span span, const schema::Limit& limit) { return limit.lo <= span.lo && span.hi <= limit.hi; }
+
+constexpr Span kSeed{0, 999};
+constexpr Span kFeatures{1, 4};
+constexpr Span kBatch{1, 2};
+constexpr Span kChildren{1, 3};
+constexpr Span kAttributesChildren{1, 4};  // 64 nodes within depth 5
+constexpr Span kExpertId{0, 11};        // more ids than ranks: several experts per owner
+constexpr Span kIntValue{0, 63};
+constexpr Span kEighths{-40, 39};       // float values: these over 8, exact in binary
+constexpr Span kListItems{0, 4};
+constexpr Span kListValue{0, 8};
+constexpr Span kTensorNumel{0, 3};
+constexpr Span kLetters{1, 12};
+constexpr Span kRouteLength{0, 2};
+constexpr Span kRouteChoice{0, 3};
+constexpr int kModuleAttrs = 3, kContainerAttrs = 2, kParamAttrs = 2;
+static_assert(kMaxDrawnWorld <= limits::world_size.hi && kMaxAttributesWorld <= limits::world_size.hi &&
+              kMaxAttributesNodes <= limits::nodes.hi && within(kSeed, limits::seed) &&
+              within(kFeatures, limits::features) && within(kBatch, limits::batch) &&
+              kMaxDrawnNodes <= limits::nodes.hi && kMaxDrawnOps <= limits::ops.hi &&
+              within(kTensorNumel, limits::tensor_numel) && within(kListItems, limits::value_list_items) &&
+              within(kRouteLength, limits::route_length) && within(kRouteChoice, limits::route_choice) &&
+              kModuleAttrs <= limits::attr_entries.hi && kMaxDrawnWorld <= limits::world_size.hi);
+
+// A weighted table; its first row is the smallest choice.
+template <class T>
+struct Row {
+  int weight;
+  T value;
+};
+template <class T>
+const T& pick(Chooser& chooser, const std::vector<Row<T>>& table) {
+  std::vector<int> weights;
+  for (const auto& row : table) weights.push_back(row.weight);
+  return table[chooser.weighted(weights)].value;
+}
+
+const std::vector<Row<double>> kLearningRates = {{1, 0.01}, {1, 0.1}};
+const std::vector<Row<int64_t>> kPersistenceThresholds = {{5, 0}, {2, 4}, {1, 100000}};
+const std::vector<Row<int64_t>> kAccumulationSteps = {{5, 1}, {1, 2}};
+const std::vector<Row<zero3::PlacementSpec::Kind>> kPlacements = {
+    {3, zero3::PlacementSpec::Kind::none}, {2, zero3::PlacementSpec::Kind::attr_mod}, {1, zero3::PlacementSpec::Kind::map}};
+// Offsets of odd shapes: one element, a prime, zero-size, fewer elements than some worlds have ranks.
+const std::vector<Row<std::vector<int64_t>>> kOffsetShapes = {{2, {1}}, {1, {7}},    {2, {13}},      {2, {0}},
+                                                              {1, {3, 5}}, {1, {4, 4}}, {1, {2, 0, 3}}, {1, {}}};
+const std::vector<Row<bool>> kLinearBias = {{4, true}, {1, false}};
+const std::vector<std::string> kStringValues = {"", "mine", "expert", "\xce\xbb"};
+// Under `attr_mod id` placement an Expert mostly carries the user's `id`: the seed bug's collision.
+const std::string kPlacementAttr = "id";
+const std::vector<Row<bool>> kExpertCarriesId = {{9, true}, {1, false}};
+
+enum class NameFrom { dictionary, letters };
+const std::vector<Row<NameFrom>> kNames = {{4, NameFrom::dictionary}, {1, NameFrom::letters}};
+enum class ValueKind { integer, string, boolean, none, floating, list, tensor };
+const std::vector<Row<ValueKind>> kValues = {{6, ValueKind::integer}, {2, ValueKind::string}, {1, ValueKind::boolean},
+                                             {1, ValueKind::none},    {1, ValueKind::floating}, {1, ValueKind::list},
+                                             {1, ValueKind::tensor}};
+// Most scripts start by initializing. Whole training steps come as a unit often enough that state
+// builds up between saves, loads and repeated initializes, and a save right before its load comes
+// as a unit too: as two single operations, a checkpoint round trip after a step was too rare for
+// a fuzzer starting from an empty corpus to reach in minutes.
+const std::vector<Row<bool>> kInitializeFirst = {{4, true}, {1, false}};
+enum class Unit { single, training_step, checkpoint_round_trip };
+const std::vector<Row<Unit>> kUnits = {{5, Unit::single}, {2, Unit::training_step}, {1, Unit::checkpoint_round_trip}};
+// A checkpoint round trip's load sometimes also resumes the checkpoint in a world of another size
+// (0: none, the smallest choice); up to the widest drawn world, one of them odd.
+const std::vector<Row<int>> kLoadElsewhere = {{4, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}};
+enum class Target { root, the_module };
+const std::vector<Row<Target>> kInitializeTargets = {{3, Target::root}, {1, Target::the_module}};
+
+// The OpKind of schema::op_rows()[row]: OpKind is generated from ZEROCHECK_OPS, in its order.
+OpKind op_kind_of_row(size_t row) {
+  const auto kind = static_cast<OpKind>(row);
+  assert(std::string_view(to_string(kind)) == schema::op_rows()[row].name);
+  return kind;
+}
+
+bool takes_key(const schema::NodeKind& kind, std::string_view key) {
+  return std::find(kind.keys.begin(), kind.keys.end(), key) != kind.keys.end();
+}
+
+struct ModuleAt {
+  std::string path;
+  std::vector<std::string> params;  // as named_parameters() names them, from this module
+  bool expert = false;              // a child of an MoE
+};
+
+// The distinct modules of the tree in pre-order, as operations and placement maps name them.
+std::vector<ModuleAt> modules_of(const Scenario& s) {
+  const auto entries = zero3::unique_modules(build_tree(s));
+  std::set<const zero3::Module*> experts;
+  for (const auto& entry : entries)
+    if (const auto* moe = dynamic_cast<const zero3::MoE*>(entry.module.get()))
+      for (const auto& [name, child] : moe->experts->named_zero3_children()) experts.insert(child.get());
+  std::vector<ModuleAt> out;
+  for (const auto& entry : entries) {
+    ModuleAt at{entry.path, {}, experts.count(entry.module.get()) > 0};
+    for (const auto& item : entry.module->own_parameters()) at.params.push_back(item.first);
+    out.push_back(std::move(at));
+  }
+  return out;
+}
+
+class Draw {
+ public:
+  Draw(Chooser& chooser, const DrawLimits& limits)
+      : c_(chooser), limits_(limits), bounds_(bounds_of(limits.profile)),
+        training_(limits.profile == DrawProfile::training) {}
+
+  Scenario scenario() {
+    Scenario s;
+    s.world_size = static_cast<int>(integer({1, bounds_.max_world}));
+    if (limits_.world > 0) s.world_size = limits_.world;  // drawn all the same: the same bytes follow
+    s.seed = static_cast<uint64_t>(integer(kSeed));
+    s.features = integer(kFeatures);
+    s.batch = integer(kBatch);
+    std::vector<int> optimizer_weights;
+    for (const auto& row : schema::optimizers()) optimizer_weights.push_back(row.draw_weight);
+    s.optimizer = schema::optimizers()[c_.weighted(optimizer_weights)].kind;
+    s.lr = pick(c_, kLearningRates);
+    s.config.zero_optimization.stage3_param_persistence_threshold = pick(c_, kPersistenceThresholds);
+    s.config.gradient_accumulation_steps = pick(c_, kAccumulationSteps);
+    const auto placement = pick(c_, kPlacements);
+    const bool expert_ids = placement == zero3::PlacementSpec::Kind::attr_mod;
+    subtree(s, std::min<int>(static_cast<int>(integer({1, bounds_.max_depth})), limits_.max_depth), expert_ids);
+
+    const std::vector<ModuleAt> modules = modules_of(s);
+    s.placement.kind = placement;
+    if (placement == zero3::PlacementSpec::Kind::attr_mod) s.placement.attr = kPlacementAttr;
+    if (placement == zero3::PlacementSpec::Kind::map)
+      for (const auto& module : modules)  // place some experts explicitly
+        if (module.expert && c_.boolean(1, 1))
+          // Drawn from the widest world whatever this one is, so a fixed world reads the same bytes.
+          s.placement.owners[module.path] = integer({0, bounds_.max_world - 1}) % s.world_size;
+
+    if (pick(c_, kInitializeFirst) && limits_.max_ops > 0) s.ops.emplace_back(OpKind::initialize);
+    while (s.ops.size() < limits_.max_ops && c_.another()) {
+      std::vector<Op> unit;
+      switch (training_ ? pick(c_, kUnits) : Unit::single) {
+        case Unit::single: unit = {op(modules)}; break;
+        case Unit::training_step: {
+          Op forward(OpKind::forward);
+          forward.route = route();
+          unit = {forward, Op(OpKind::backward), Op(OpKind::step)};
+          break;
+        }
+        case Unit::checkpoint_round_trip: {
+          Op load(OpKind::load);
+          load.world_size = pick(c_, kLoadElsewhere);
+          unit = {Op(OpKind::save), load};
+          break;
+        }
+      }
+      for (Op& o : unit)
+        if (s.ops.size() < limits_.max_ops) s.ops.push_back(std::move(o));
+    }
+    return s;
+  }
+
+ private:
+  int64_t integer(Span span) { return c_.integer(span.lo, span.hi); }
+  template <class T>
+  const T& element(const std::vector<T>& items) {
+    return items[static_cast<size_t>(c_.integer(0, static_cast<int64_t>(items.size()) - 1))];
+  }
+
+  std::string name() {
+    if (pick(c_, kNames) == NameFrom::dictionary) return element(collision_names()).name;
+    std::string out(static_cast<size_t>(integer(kLetters)), 'a');
+    for (char& letter : out) letter = static_cast<char>('a' + c_.integer(0, 25));
+    return out;
+  }
+
+  zero3::AttrValue value() {
+    using V = zero3::AttrValue;
+    switch (pick(c_, kValues)) {
+      case ValueKind::integer: return V(integer(kIntValue));
+      case ValueKind::string: return V(element(kStringValues));
+      case ValueKind::boolean: return V(c_.boolean(1, 1));
+      case ValueKind::none: return V();
+      case ValueKind::floating: return V(static_cast<double>(integer(kEighths)) / 8.0);
+      case ValueKind::list: {
+        V::List items(static_cast<size_t>(integer(kListItems)));
+        for (auto& item : items) item = V(integer(kListValue));
+        return V(std::move(items));
+      }
+      case ValueKind::tensor: return V(at::arange(integer(kTensorNumel), at::kFloat));
+    }
+    return V();
+  }
+
+  std::vector<AttrEntry> attrs(int max) {
+    std::vector<AttrEntry> out;
+    const int64_t count = c_.integer(0, max);
+    for (int64_t i = 0; i < count; ++i) {
+      std::string n = name();
+      zero3::AttrValue v = value();
+      bool seen = false;
+      for (const auto& e : out) seen |= e.name == n;
+      if (!seen) out.push_back({std::move(n), std::move(v)});  // the first write of a name wins
+    }
+    return out;
+  }
+
+  // A node without children: as a leaf of an ordinary container, or as an MoE's child.
+  NodeSpec leaf(bool expert_ids, bool in_moe) {
+    const auto& kinds = schema::node_kinds();
+    std::vector<int> weights;
+    for (const auto& kind : kinds) weights.push_back(in_moe ? kind.expert_weight : kind.leaf_weight);
+    const schema::NodeKind& kind = kinds[c_.weighted(weights)];
+    NodeSpec node;
+    node.kind = kind.name;
+    if (takes_key(kind, "bias")) node.bias = pick(c_, kLinearBias);
+    if (takes_key(kind, "shape")) node.shape = pick(c_, kOffsetShapes);
+    node.attrs = attrs(kModuleAttrs);
+    if (node.kind == "Expert" && expert_ids && pick(c_, kExpertCarriesId)) {
+      const int64_t id = integer(kExpertId);
+      std::vector<AttrEntry> with_id = {{kPlacementAttr, zero3::AttrValue(id)}};
+      for (auto& e : node.attrs)
+        if (e.name != kPlacementAttr) with_id.push_back(std::move(e));
+      node.attrs = std::move(with_id);
+    }
+    for (const auto& param : schema::parameter_names(node)) {
+      if (c_.boolean(3, 1)) {
+        auto entries = attrs(kParamAttrs);
+        if (!entries.empty()) node.param_attrs[param] = std::move(entries);
+      }
+      if (c_.boolean(7, 1)) node.frozen.push_back(param);
+    }
+    return node;
+  }
+
+  // Appends a subtree in pre-order; children always come after their parent.
+  void subtree(Scenario& s, int depth, bool expert_ids) {
+    const size_t me = s.tree.size();
+    s.tree.emplace_back();
+    // A container needs room for at least one child.
+    const bool container = depth > 1 && s.tree.size() < limits_.max_nodes && c_.boolean(2, 3);
+    if (!container) {
+      s.tree[me] = leaf(expert_ids, false);
+      return;
+    }
+    const auto& kinds = schema::node_kinds();
+    std::vector<int> weights;
+    for (const auto& kind : kinds) weights.push_back(kind.container_weight);
+    const schema::NodeKind& kind = kinds[c_.weighted(weights)];
+    const bool moe = std::string_view(kind.name) == "MoE";
+    NodeSpec node;
+    node.kind = kind.name;
+    node.attrs = attrs(kContainerAttrs);
+    const int64_t n = integer(training_ ? kChildren : kAttributesChildren);
+    const int64_t tie = c_.boolean(5, 1) ? c_.integer(0, n - 1) : -1;
+    for (int64_t i = 0; i < n && s.tree.size() < limits_.max_nodes; ++i) {
+      const int child = static_cast<int>(s.tree.size());
+      node.children.push_back(child);
+      if (i == tie) node.children.push_back(child);  // the same module again: tied weights
+      if (moe) s.tree.push_back(leaf(expert_ids, true));
+      else subtree(s, depth - 1, expert_ids);
+    }
+    s.tree[me] = std::move(node);
+  }
+
+  std::vector<int64_t> route() {
+    std::vector<int64_t> out(static_cast<size_t>(integer(kRouteLength)));
+    for (auto& choice : out) choice = integer(kRouteChoice);
+    return out;
+  }
+
+  Op op(const std::vector<ModuleAt>& modules) {
+    std::vector<int> weights;
+    for (const auto& row : schema::op_rows()) weights.push_back(training_ ? row.draw_weight : row.attributes_weight);
+    Op op(op_kind_of_row(c_.weighted(weights)));
+    const ModuleAt& module = element(modules);
+    switch (op.kind) {
+      case OpKind::initialize:
+        op.optimizer = element(schema::initialize_optimizers());
+        op.target = pick(c_, kInitializeTargets) == Target::root ? "" : module.path;
+        break;
+      case OpKind::forward: op.route = route(); break;
+      case OpKind::set_attr:
+      case OpKind::del_attr:
+        op.module = module.path;
+        if (!module.params.empty() && c_.boolean(3, 1)) op.param = element(module.params);
+        op.name = name();
+        if (op.kind == OpKind::set_attr) op.value = value();
+        break;
+      default: break;
+    }
+    return op;
+  }
+
+  Chooser& c_;
+  const DrawLimits& limits_;
+  const ProfileBounds bounds_;
+  const bool training_;
+};
+
+}  // namespace
+
+ProfileBounds bounds_of(DrawProfile profile) {
+  if (profile == DrawProfile::attributes)
+    return {kMaxAttributesWorld, kMaxAttributesNodes, kMaxDrawnOps, kMaxAttributesDepth};
+  return {kMaxDrawnWorld, kMaxDrawnNodes, kMaxDrawnOps, kMaxDrawnDepth};
+}
+
+const char* to_string(DrawProfile profile) {
+  return profile == DrawProfile::attributes ? "attributes" : "training";
+}
+
+DrawLimits::DrawLimits(DrawProfile p) : profile(p) {
+  const ProfileBounds widest = bounds_of(p);
+  max_nodes = widest.max_nodes;
+  max_ops = widest.max_ops;
+  max_depth = widest.max_depth;
+}
+
+void DrawLimits::validate() const {
+  const ProfileBounds widest = bounds_of(profile);
+  auto bad = [&](const char* field, int64_t value, const std::string& range) {
+    throw zero3::UsageError(
+        fmt::format("draw limit {} = {} is outside {} (profile {})", field, value, range, to_string(profile)));
+  };
+  if (world < 0 || world > kMaxFixedWorld)
+    bad("world", world, fmt::format("0..{} (0: drawn from 1..{})", kMaxFixedWorld, widest.max_world));
+  if (max_nodes < 1 || max_nodes > widest.max_nodes)
+    bad("max_nodes", static_cast<int64_t>(max_nodes), fmt::format("1..{}", widest.max_nodes));
+  if (max_ops > widest.max_ops) bad("max_ops", static_cast<int64_t>(max_ops), fmt::format("0..{}", widest.max_ops));
+  if (max_depth < 1 || max_depth > widest.max_depth)
+    bad("max_depth", max_depth, fmt::format("1..{}", widest.max_depth));
+}
+
+Scenario draw_scenario(Chooser& chooser, const DrawLimits& limits) {
+  limits.validate();
+  return Draw(chooser, limits).scenario();
+}
+
+}  // namespace zerocheck

@@ -1,0 +1,35 @@
+// FdpChooser: a Chooser that reads libFuzzer bytes through FuzzedDataProvider.
+//
+// Each choice reads the fewest whole bytes that cover its range, from the end of the input, and
+// re-reads when the value falls in the top partial block, so every choice is equally likely for
+// uniform bytes (plain modulo favours the low choices by up to a range's worth in 256, visibly in
+// the distribution test). An exhausted input reads zeros: every choice is then its smallest, and
+// another() says no, so any prefix of an input decodes to a valid, shorter scenario.
+//
+// Thread-safety: one per draw; the bytes must outlive it.
+#pragma once
+
+#include "harness/scenario/draw/chooser.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+class FuzzedDataProvider;
+
+namespace zerocheck {
+
+class FdpChooser final : public Chooser {
+ public:
+  FdpChooser(const uint8_t* data, size_t size);
+  ~FdpChooser() override;
+
+  int64_t integer(int64_t lo, int64_t hi) override;
+  // Returns whether input bytes remain.
+  bool another() override;
+
+ private:
+  std::unique_ptr<FuzzedDataProvider> in_;
+};
+
+}  // namespace zerocheck

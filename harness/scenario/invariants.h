@@ -1,0 +1,42 @@
+// The invariants a run checks, I1..I8: one table, part of the scenario language. The oracles
+// implement them (harness/oracles), `--disable` names them, `zerocheck mutants` scores faults by
+// them, schema.json exports them to the Python replay, and a scenario's verdict cites them.
+//
+// A new invariant is one row here plus its oracle and its place in the interpreter's check order
+// (harness/interpreter/rank_interpreter.cc).
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace zerocheck {
+
+// X(name, statement): every invariant.
+#define ZEROCHECK_INVARIANTS(X)                                                                      \
+  X(I1, "user attributes equal the user's last write on every module and parameter")               \
+  X(I2, "a placed module's parameters live whole on exactly the owner the user's attributes give, " \
+        "and nothing is placed that the policy does not place")                                    \
+  X(I3, "losses and every parameter (this rank's shard, padding zero) equal the dense twin's")     \
+  X(I4, "outside forward/backward a partitioned parameter holds exactly its shard (storage of "    \
+        "ceil(n/N) elements) and no full data or gradient; a persistent one is whole; and the "     \
+        "rank holds no byte that the tensors of the parameters do not account for")                \
+  X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing")            \
+  X(I6, "save then load restores shards and optimizer state bit-exactly, and a world of another "  \
+        "size that loads the checkpoint holds the same parameters and optimizer state; the "       \
+        "consolidated state dict equals the dense twin's parameters")                              \
+  X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
+  X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
+        "collective kind; step and zero_grad move nothing")
+
+struct InvariantRow {
+  const char* name;
+  const char* statement;
+};
+const std::vector<InvariantRow>& invariant_rows();
+// Every invariant's name, in table order (the interpreter's check order is its own).
+const std::vector<std::string>& invariants();
+// Returns the invariants named in `list` ("I3,I8"). Throws zero3::UsageError naming an unknown one.
+std::set<std::string> parse_invariants(const std::string& list);
+
+}  // namespace zerocheck

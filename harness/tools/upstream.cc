@@ -1,0 +1,72 @@
+#include "harness/tools/upstream.h"
+
+#include "engine/errors.h"
+#include "harness/tools/export.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+
+namespace zerocheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string runner_package_dir() {
+  if (const char* dir = std::getenv("ZEROCHECK_DEEPSPEED_DIR")) return dir;
+  return ZEROCHECK_DEEPSPEED_DIR;
+}
+
+std::string number(double value) { return fmt::format("{:g}", value); }
+
+}  // namespace
+
+std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std::string& self) {
+  std::vector<std::string> args{o.python, "-m", "zerocheck_ds", "suite", "--adapter", o.adapter,
+                                "--world", std::to_string(o.world_size), "--out", o.out_dir,
+                                "--scenario-timeout", number(o.scenario_timeout),
+                                "--batch", std::to_string(o.batch), "--scenarios"};
+  if (o.scenarios.empty()) {
+    args.push_back((fs::path(o.out_dir) / "scenarios").string());
+  } else {
+    args.insert(args.end(), o.scenarios.begin(), o.scenarios.end());
+  }
+  if (!o.deepspeed_tree.empty()) args.insert(args.end(), {"--deepspeed-tree", o.deepspeed_tree});
+  if (!o.baseline.empty()) args.insert(args.end(), {"--baseline", o.baseline});
+  if (o.shrink) args.insert(args.end(), {"--shrink", "--shrink-seconds", number(o.shrink_seconds)});
+  if (o.json) args.push_back("--json");
+  // Report lines give the command that replays one minimal scenario with these settings.
+  args.insert(args.end(), {"--replay-command", fmt::format("{} upstream --python {} --adapter {}", self,
+                                                           o.python, o.adapter)});
+  return args;
+}
+
+int run_upstream(const UpstreamOptions& o) {
+  if (o.world_size < 1 || o.world_size > 8) throw zero3::UsageError("--world must be in 1..8");
+  if (!fs::exists(fs::path(runner_package_dir()) / "zerocheck_ds"))
+    throw zero3::UsageError("the runner package is not at " + runner_package_dir() +
+                            " (set ZEROCHECK_DEEPSPEED_DIR to harness/deepspeed)");
+  if (o.scenarios.empty()) {
+    fs::remove_all(fs::path(o.out_dir) / "scenarios");
+    export_scenarios(ExportOptions{o.cases, o.seed, o.world_size, o.out_dir});
+  }
+  std::error_code ignored;
+  const std::string self = fs::read_symlink("/proc/self/exe", ignored).string();
+  const auto args = supervisor_command(o, self.empty() ? "zerocheck" : self);
+  const char* existing = std::getenv("PYTHONPATH");
+  const std::string path = runner_package_dir() + (existing && *existing ? std::string(":") + existing : "");
+  ::setenv("PYTHONPATH", path.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(argv[0], argv.data());
+  fmt::print(stderr, "zerocheck upstream: cannot run {}: {}\n", o.python, std::strerror(errno));
+  return 2;
+}
+
+}  // namespace zerocheck
