@@ -11,12 +11,14 @@
 #include "engine/comm.h"
 #include "engine/engine.h"
 #include "engine/faults.h"
+#include "harness/model/model.h"
 #include "harness/oracles/oracles.h"
 #include "harness/scenario.h"
 #include "harness/verdict.h"
 #include "harness/world.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -41,6 +43,11 @@ struct RunOptions {
   // order of magnitude faster for wide worlds; LocalComm only, and run_scenario refuses a
   // scenario with a backward (autograd's per-thread state).
   bool ranks_as_fibers = false;
+  // Told, on rank 0 after each operation, the dense twin as rank 0 reads it and the losses by
+  // rank its forward gave (empty for other operations): `zerocheck replay --twin-numbers` prints
+  // them for the cross-check with the Python twin. Needs the twin (I3 or I8 on).
+  std::function<void(int64_t index, OpKind kind, const model::DenseTwin& twin, const std::vector<double>& losses)>
+      twin_observer;
 
   // Whether a dense twin must be trained alongside: only I3 (parity) and I8 (its traffic trace)
   // read it.

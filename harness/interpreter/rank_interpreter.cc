@@ -275,6 +275,7 @@ class ScenarioRunner {
   OpOutcome apply(int64_t index, const Op& op) {
     index_ = index;
     deferred_traffic_.reset();
+    dense_losses_.clear();
     OpOutcome outcome;
     switch (op.kind) {
       case OpKind::initialize: outcome = initialize(op); break;
@@ -305,6 +306,8 @@ class ScenarioRunner {
     }
     if (deferred_traffic_) require(oracles::traffic(deferred_traffic_->operation, deferred_traffic_->expected,
                                                     deferred_traffic_->measured, engine_target_));
+    if (options_.twin_observer && twin_ && comm_.rank() == 0)
+      twin_->read([&](const model::DenseTwin& twin) { options_.twin_observer(index, op.kind, twin, dense_losses_); });
     return outcome;
   }
 
@@ -438,6 +441,7 @@ class ScenarioRunner {
       TwinOutcome dense_run = twin_->call(TwinCall::forward_of(index_, op, expectation_));
       trace_ = std::move(dense_run.trace);
       const std::vector<double>& dense = dense_run.losses;
+      dense_losses_ = dense;
       require(oracles::loss_parity(dense[static_cast<size_t>(comm_.rank())], mine, engine_target_));
       deferred_traffic_ = MeasuredTraffic{"forward", trace_->forward(), measured};
     }
@@ -642,6 +646,7 @@ class ScenarioRunner {
   at::Tensor pending_;
   std::shared_ptr<model::TrafficTrace> trace_;  // the schedule of the last forward
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
+  std::vector<double> dense_losses_;                 // the twin's losses by rank, this operation's forward
   std::optional<std::string> saved_target_;
   std::vector<at::Tensor> saved_masters_;
   at::Tensor saved_optimizer_state_;

@@ -160,7 +160,8 @@ class DenseTwin {
   int64_t saved_micro_steps_ = 0;
 };
 
-// The micro-batch of `rank` for operation `index`: a pure function, so both sides see it.
+// The micro-batch of `rank` for operation `index`: input and target from their seeded streams
+// (engine/seeded_values.h), so the Python replay feeds the same numbers.
 std::pair<at::Tensor, at::Tensor> batch_of(const Scenario& s, int64_t index, int rank);
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::vector<at::Tensor> params);
 

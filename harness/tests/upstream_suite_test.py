@@ -18,30 +18,16 @@ Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to imp
 """
 
 import os
-import re
 import shutil
 import subprocess
 import sys
 
-from upstream_support import SKIP, check, export, read, run, signatures, verdicts
-def patched_copy(tree, destination):
-    """DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it."""
-    shutil.copytree(tree, destination)
-    for root, dirs, files in os.walk(destination):
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o755)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o644)
-    for relative in ("deepspeed/runtime/zero/parameter_offload.py",
-                     "deepspeed/runtime/zero/partitioned_param_coordinator.py",
-                     "deepspeed/utils/debug.py"):
-        path = os.path.join(destination, relative)
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        patched, count = re.subn(r"(?<=[\w\]])\.id\b", ".ds_id", text)
-        check(count > 0, f"patched {count} module-id uses in {relative}")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(patched)
+from upstream_support import SKIP, Edit, check, export, patched_tree, read, run, signatures, verdicts
+# DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it.
+DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=None)
+               for relative in ("deepspeed/runtime/zero/parameter_offload.py",
+                                "deepspeed/runtime/zero/partitioned_param_coordinator.py",
+                                "deepspeed/utils/debug.py")]
 
 
 def main():
@@ -80,14 +66,12 @@ def main():
 
     # 2. A patch that moves the counter to `ds_id`, judged against run 1.
     # Beside a copy of the shims, where the suite looks for them (TREE/../shims).
-    patched_tree = os.path.join(work, "patched-tree", "deepspeed-ds-id")
-    patched_copy(tree, patched_tree)
-    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(tree)), "shims"),
-                    os.path.join(work, "patched-tree", "shims"))
-    patched = os.path.join(work, "patched")
-    run(zerocheck, common + ["--deepspeed-tree", patched_tree, "--out", patched,
+    patched = patched_tree(tree, os.path.join(work, "patched-tree", "deepspeed-ds-id"), DS_ID_EDITS,
+                           "module counter as ds_id")
+    patched_out = os.path.join(work, "patched")
+    run(zerocheck, common + ["--deepspeed-tree", patched, "--out", patched_out,
                              "--scenarios", *scenarios, "--baseline", base], expect=1)
-    comparison = read(os.path.join(patched, "summary.json"))["baseline"]
+    comparison = read(os.path.join(patched_out, "summary.json"))["baseline"]
     fixed = [e["signature"] for e in comparison["fixed"]]
     new = [e["signature"] for e in comparison["new"]]
     check(any("attribute 'id' on Expert module" in s for s in fixed), "the `id` findings are fixed")

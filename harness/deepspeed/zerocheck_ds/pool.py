@@ -203,7 +203,8 @@ class RankPool:
             for rank, message in self._poll(deadline):
                 if message.get("done") == name:
                     results[rank] = {"findings": message["findings"],
-                                     "skipped": message["skipped"]}
+                                     "skipped": message["skipped"],
+                                     "checks": message.get("checks", {})}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

@@ -19,10 +19,10 @@ import signal
 import sys
 
 from . import ADAPTER_NAMES, baseline as baseline_module, deepspeed_tree, report
-from .outcomes import outcome_findings, raising_steps, skipped_of, verdict
+from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
-from .verdict import write_json
+from .verdict import NEW_INVARIANTS, write_json
 
 PROG = "zerocheck_ds suite"
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -40,6 +40,11 @@ def parse_args(argv):
     p.add_argument("--out", required=True, metavar="DIR", help="verdicts, logs, report")
     p.add_argument("--adapter", choices=ADAPTER_NAMES, default="deepspeed")
     p.add_argument("--world", type=int, default=1, help="ranks (processes on loopback), 1..8")
+    p.add_argument("--stage", type=int, choices=(1, 2, 3), default=3,
+                   help="the ZeRO stage to replay the scenarios with (default 3, the scenarios' own)")
+    p.add_argument("--disable", default="", metavar="I3,I4,I9",
+                   help="invariants not to check (of I3, I4, I9: they cost a dense twin and two "
+                        "collectives per operation)")
     p.add_argument("--deepspeed-tree", metavar="DIR",
                    help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
                         "default: the DeepSpeed installed for this Python")
@@ -63,6 +68,10 @@ def parse_args(argv):
         p.error("--world must be in 1..8")
     if args.batch < 1 or args.scenario_timeout <= 0 or args.shrink_seconds <= 0:
         p.error("--batch, --scenario-timeout and --shrink-seconds must be positive")
+    args.disabled = tuple(filter(None, args.disable.split(",")))
+    for name in args.disabled:
+        if name not in NEW_INVARIANTS:
+            p.error(f"--disable {name}: only {', '.join(NEW_INVARIANTS)} can be switched off")
     return args
 
 
@@ -72,7 +81,11 @@ class Supervisor:
     def __init__(self, args, env, cwd, log):
         self._args, self._env, self.cwd, self.log = args, env, cwd, log
         self._pools = {}
-        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter]
+        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter,
+                   "--collective-timeout", f"{args.scenario_timeout:g}",
+                   "--disable", ",".join(args.disabled)]
+        if args.stage != 3:
+            command += ["--stage", str(args.stage)]
         self._command = command
         self.version = None
 
@@ -205,7 +218,7 @@ def _replay_all(supervisor, scenarios, run):
             outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
         findings = outcome_findings(outcome, args.scenario_timeout)
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes)
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome))
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))
