@@ -28,11 +28,14 @@ verdict and summary.json. A check never raises: its own failure is a finding of 
 import hashlib
 import torch
 
-from . import partition_model, seeded, twin
+from . import partition_model, schema, seeded, twin
 from .engine_state import StateUnavailable
 from .exchange import ExchangeError
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding, Tally
+
+# The invariants that read an engine's state (I9 compares what every rank says, state or not).
+_READ_STATE = schema.some("invariants", "I3", "I4")
 
 def _ordered_bits(t):
     """float32 -> int64 whose order is the floats' (for ulp distances)."""
@@ -222,7 +225,7 @@ class NumericChecks:
         if not live:
             return findings
         if state is None:
-            for inv in ("I3", "I4"):
+            for inv in _READ_STATE:
                 if inv in self.enabled:
                     self.tally.skip(inv, unavailable or "no engine state")
             return findings
@@ -309,20 +312,20 @@ class NumericChecks:
             expected = values.get(p.name)
             if expected is None:
                 continue  # not the model's parameter: I9 and I4 report the list
-            copies = []
+            copies = []  # (attribute, what it is, the tensor)
             if p.name in assembled:
-                copies.append(("assembled from the ranks' shards", assembled[p.name]))
+                copies.append(("value", "assembled from the ranks' shards", assembled[p.name]))
             # A copy the rank holds as whole: a released stage-3 parameter's data is I4's concern.
             whole = state.layout != "partitioned" or p.status == "AVAILABLE"
             if whole and p.data is not None and p.data.numel() == expected.numel() and expected.numel():
-                copies.append((f"held whole on rank {self.rank}", p.data))
-            for what, actual in copies:
+                copies.append(("whole copy", f"held whole on rank {self.rank}", p.data))
+            for attribute, what, actual in copies:
                 gap = difference(expected, actual.reshape(expected.shape))
                 if gap is None:
                     continue
                 findings.append(Finding(
                     invariant="I3", op_index=index, op=op, module_path=self._module_of(p.name),
-                    param=p.name.rpartition(".")[2], attribute="value",
+                    param=p.name.rpartition(".")[2], attribute=attribute,
                     expected="the dense twin's value", actual=gap,
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {_describe(gap)}"))
@@ -405,7 +408,7 @@ class NumericChecks:
                 f"the engine's parameters {[p.name for p in state.params]} are not the model's {names}")
             return findings
         if state.layout == "flat":
-            self._flat_partitions(state, expected, bad)
+            self._flat_partitions(state, expected, bad, event)
             return findings
         threshold = self.scenario.config["zero_optimization"]["stage3_param_persistence_threshold"]
         persistent = partition_model.persistent_names([(n, numel) for n, _, numel, _ in expected],
@@ -442,7 +445,19 @@ class NumericChecks:
                     + (" with no data" if wants == "NOT_AVAILABLE" else " and whole"))
         return findings
 
-    def _flat_partitions(self, state, expected, bad):
+    def _flat_partitions(self, state, expected, bad, event):
+        # Stage 2 partitions gradients: each backward reduces them into the flat partitions and
+        # drops the module's .grad (stage_1_and_2.py `reduce_ipg_grads` -> clear_grad_attribute).
+        # Stage 1 reduces them in the backward before a boundary step, and drops them too.
+        for p in state.params:
+            if p.grad_numel is not None and p.requires_grad and (
+                    state.stage == 2 or (state.stage == 1 and event == "boundary")):
+                rule = ("gradient partitioned" if state.stage == 2
+                        else "gradient reduced before the step")
+                bad(p.name, rule, None, p.grad_numel,
+                    f"parameter {p.name!r} holds a whole gradient of {p.grad_numel} elements on "
+                    f"rank {self.rank} after op {'the step' if event == 'boundary' else 'this op'}; "
+                    f"ZeRO stage {state.stage} keeps only its partition")
         group = self._flat_group(expected)
         if [list(g) for g in state.flat_group_names] != [list(group.names)]:
             bad("", "optimizer groups", [list(group.names)], state.flat_group_names,
@@ -470,7 +485,7 @@ class NumericChecks:
             params.append({"name": p.name, "shape": list(p.reported_shape),
                            "shard": None if p.shard is None else p.shard.numel(),
                            "status": p.status, "held": p.data.numel(),
-                           "whole": _digest(p.data) if whole else None})
+                           "whole_copy": _digest(p.data) if whole else None})
         return {"layout": state.layout, "stage": state.stage, "params": params,
                 "flat": [t.numel() for t in state.flat_partitions], "steps": dict(state.steps)}
 
