@@ -13,7 +13,10 @@ at world 2, each checked from the files it writes:
   3. three scenarios with a rank crash (SIGSEGV) and a hang planted: each gets its finding,
      and the scenario after them still gets an ordinary verdict;
   4. --shrink on the zero-size parameter's scenario: every signature gets a minimal scenario
-     and a standalone script that reproduces it on the tree and not on plain PyTorch.
+     and a standalone script that reproduces it on the tree and not on plain PyTorch;
+  5. --stage 1 and --stage 2 on two plain training scenarios: no finding, I3 and I4 checked.
+Run 1 also checks I3, I4 and I9: checks made, the expert a route skips stepped with its old
+gradient (I3), every other I3/I4/I9 signature triaged in KNOWN_UPSTREAM.md.
 Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to import fails.
 """
 
@@ -22,7 +25,8 @@ import shutil
 import subprocess
 import sys
 
-from upstream_support import SKIP, Edit, check, export, patched_tree, read, run, signatures, verdicts
+from upstream_support import (SKIP, TWIN_SCENARIOS, Edit, check, check_numbers, export, patched_tree,
+                              read, run, signatures, verdicts)
 # DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it.
 DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=None)
                for relative in ("deepspeed/runtime/zero/parameter_offload.py",
@@ -46,7 +50,8 @@ def main():
         expect=1)
     found = verdicts(base)
     check(len(exported) >= 12, f"{len(exported)} scenarios exported")
-    check(sorted(found) == sorted(exported + ["ds_id_experts"]), "every scenario has a verdict")
+    check(sorted(found) == sorted(exported + ["ds_id_experts", "expert_skipped_by_route"]),
+          "every scenario has a verdict")
     check(not any("'ds_id' on Expert module" in s for s in signatures(found["ds_id_experts"])),
           "0.14.5 leaves a user's module attribute `ds_id` alone")
     check(all(v["outcome"] in ("ok", "findings") for v in found.values()),
@@ -62,6 +67,7 @@ def main():
           "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion reported")
     summary = read(os.path.join(base, "summary.json"))
     check(summary["adapter_version"] == "0.14.5", "DeepSpeed 0.14.5 imported from the tree")
+    check_numbers(summary, found, "v0.14.5")
     check(os.path.exists(os.path.join(base, "report.md")), "report.md written")
 
     # 2. A patch that moves the counter to `ds_id`, judged against run 1.
@@ -119,6 +125,19 @@ def main():
                                timeout=120)
         check(plain.returncode == 0 and "NOT REPRODUCED" in plain.stdout,
               "and passes on plain PyTorch (--plain)")
+    # 5. ZeRO stages 1 and 2 on the scenarios both dense twins agree on: DeepSpeed's numbers
+    #    equal the twin's under each stage's rules, and the stage is recorded.
+    for stage in (1, 2):
+        staged = os.path.join(work, f"stage{stage}")
+        run(zerocheck, common + ["--deepspeed-tree", tree, "--stage", str(stage), "--out", staged,
+                                 "--scenarios", *(os.path.join(TWIN_SCENARIOS, n) for n in
+                                                  ("mlp_sgd_world2.json", "tied_adam_world2.json"))],
+            expect=0)
+        summary = read(os.path.join(staged, "summary.json"))
+        check(summary["stage"] == stage and summary["checks"]["I3"]["checked"] > 0
+              and summary["checks"]["I4"]["checked"] > 0,
+              f"stage {stage}: {summary['checks']['I3']['checked']} I3 and "
+              f"{summary['checks']['I4']['checked']} I4 checks, no finding")
     print("upstream suite on", tree, ": all checks passed")
     return 0
 

@@ -11,9 +11,16 @@ from dataclasses import dataclass
 
 SKIP = 77
 CASES = 8  # + the dictionary, seed-bug and zero-size scenarios: 15 in all
+HERE = os.path.dirname(os.path.abspath(__file__))
 # A user who placed experts by their own `ds_id`: the name DeepSpeed master counts modules under.
-DS_ID_USER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "deepspeed",
-                          "tests", "fixtures", "upstream", "ds_id_experts.json")
+DS_ID_USER = os.path.join(HERE, os.pardir, "deepspeed", "tests", "fixtures", "upstream",
+                          "ds_id_experts.json")
+# An MoE whose second step routes around an expert: ZeRO-3 steps it with its old gradient (I3).
+EXPERT_SKIPPED = os.path.join(HERE, "scenarios", "upstream_bugs", "expert_skipped_by_route.json")
+# Scenarios both twins agree on (twin_cross_check): plain training, for the stage 1 and 2 runs.
+TWIN_SCENARIOS = os.path.join(HERE, "scenarios", "twin")
+KNOWN = os.path.join(HERE, os.pardir, "deepspeed", "KNOWN_UPSTREAM.md")
+NEW_INVARIANTS = ("I3", "I4", "I9")
 
 
 def fail(message):
@@ -59,7 +66,37 @@ def export(zerocheck, work):
     subprocess.run([zerocheck, "export", "--cases", str(CASES), "--seed", "5", "--world", "2",
                     "--out", out], check=True)
     folder = os.path.join(out, "scenarios")
-    return [folder, DS_ID_USER], sorted(n[:-5] for n in os.listdir(folder))
+    return [folder, DS_ID_USER, EXPERT_SKIPPED], sorted(n[:-5] for n in os.listdir(folder))
+
+
+def triaged():
+    """Signature -> verdict from KNOWN_UPSTREAM.md's table (`signature` in backquotes)."""
+    table = {}
+    with open(KNOWN, encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and cells[0].startswith("`"):
+                table[cells[0].strip("`")] = cells[1]
+    return table
+
+
+def check_numbers(summary, found, version):
+    """What I3, I4 and I9 must show on a pristine DeepSpeed: checks made, the expert that a route
+    skips stepped with its old gradient (I3), and every other I3/I4/I9 signature triaged."""
+    checks = summary["checks"]
+    for invariant in NEW_INVARIANTS:
+        check(checks[invariant]["checked"] > 0,
+              f"{invariant}: {checks[invariant]['checked']} checks made; not made: "
+              f"{checks[invariant]['not_checked']}")
+    skipped = found["expert_skipped_by_route"]
+    check(any(f["invariant"] == "I3" and f["module_path"].startswith("1.experts.0")
+              for f in skipped["findings"]),
+          f"{version}: the expert a route skipped is stepped with its old gradient (I3)")
+    table = triaged()
+    new = sorted({f["signature"] for v in found.values() for f in v["findings"]
+                  if f["invariant"] in NEW_INVARIANTS} - set(table))
+    check(not new, f"{version}: every I3, I4 and I9 signature is triaged in KNOWN_UPSTREAM.md "
+                   f"(not: {new})")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ class OnTheStub(unittest.TestCase):
 
     def suite(self, scenarios, *extra, **variables):
         out = os.path.join(self._tmp.name, f"out{len(os.listdir(self._tmp.name))}")
-        run = support.run_cli(["suite", "--adapter", "deepspeed", "--world", "2", "--out", out,
+        if "--world" not in extra:
+            extra = ("--world", "2") + extra
+        run = support.run_cli(["suite", "--adapter", "deepspeed", "--out", out,
                                "--scenarios", *scenarios, *extra],
                               extra_paths=[support.STUB_DEEPSPEED], timeout=240, **variables)
         self.assertIn(run.returncode, (0, 1), run.stdout + run.stderr)
@@ -80,6 +82,23 @@ class OnTheStub(unittest.TestCase):
         i9 = verdicts["sgd_two_linears"]["findings"][0]
         self.assertIn("state.steps.global_steps: rank 0: 1, rank 1: 0", i9["message"])
         self.assertEqual(i9["signature"], "I9 step: ranks disagree on global_steps")
+
+    def test_at_world_3_the_first_step_is_compared_within_its_sum_order_bound(self):
+        with open(os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json"), encoding="utf-8") as f:
+            scenario = json.load(f)
+        scenario["world_size"] = 3
+        path = os.path.join(self._tmp.name, "world3.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(scenario, f)
+        summary, verdicts = self.suite([path], "--world", "3")
+        self.assertEqual(verdicts["world3"]["findings"], [])
+        self.assertGreater(summary["checks"]["I3"]["checked"], 3)
+        self.assertTrue(any("after the first optimizer step" in reason
+                            for reason in summary["checks"]["I3"]["not_checked"]))
+        _, verdicts = self.suite([path], "--world", "3",
+                                 ZEROCHECK_STUB_DEEPSPEED_FAULT="gradient-not-averaged")
+        values = [f for f in verdicts["world3"]["findings"] if f["attribute"] == "value"]
+        self.assertTrue(values and "allowed" in values[0]["message"], verdicts["world3"]["findings"])
 
     def test_stage_is_recorded_and_part_of_signatures(self):
         scenario = os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json")

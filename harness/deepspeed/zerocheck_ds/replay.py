@@ -169,7 +169,7 @@ class Replay:
                     self.numerics.initialized(op.target, op.optimizer, len(self._live),
                                               self.adapter.training(self._config, engine))
             elif self.numerics is not None:
-                self.numerics.stop(f"the initialize at op {index} raised")
+                self.numerics.stop("an initialize raised")
             return
 
         optimizers = [self.user_optimizer, optimizer] + [e.optimizer for e in self._live]

@@ -80,6 +80,11 @@ class DenseTwin:
         self._reduced = {}  # name -> the gradient the next boundary steps with
         self._local = {}  # name -> [per-rank accumulated gradient] (reduced at the boundary)
         self._pending = []  # per-rank losses of the last forward, with their graphs
+        self._magnitude = {}  # name -> sum of |each rank's term| reduced since the last step
+        self._reductions = 0  # reductions since the last step
+        # The last optimizer step: {name: (gradient it used, magnitude of its terms)} and the
+        # reductions behind it, for bounding another engine's sum order (numerics.py).
+        self.last_step = ({}, 0)
         self.micro_steps = 0
 
     # ---- the engine's life ------------------------------------------------------------------
@@ -91,6 +96,7 @@ class DenseTwin:
         trainable = [p for _, p in self.params if p.requires_grad]
         self._optimizer = self._make_optimizer(trainable) if trainable else None
         self._reduced, self._local, self._pending = {}, {}, []
+        self._magnitude, self._reductions, self.last_step = {}, 0, ({}, 0)
         self.micro_steps = 0
 
     def forward(self, batches, route):
@@ -129,7 +135,7 @@ class DenseTwin:
                 continue
             reached.add(name)
             if self.training.reduce_each_backward:
-                self._add(self._reduced, name, self._reduce(grads))
+                self._add_reduction(name, grads)
             else:
                 local = self._local.setdefault(name, [None] * len(grads))
                 for r, g in enumerate(grads):
@@ -137,8 +143,9 @@ class DenseTwin:
                         local[r] = g.clone() if local[r] is None else local[r].add_(g)
         if not self.training.reduce_each_backward and self._next_step_is_boundary():
             for name, grads in self._local.items():
-                self._add(self._reduced, name, self._reduce(grads))
+                self._add_reduction(name, grads)
             self._local = {}
+        self._reductions += 1
         return reached
 
     def _next_step_is_boundary(self):
@@ -150,6 +157,7 @@ class DenseTwin:
         self.micro_steps += 1
         if self.micro_steps % self.accumulation_steps != 0:
             return False
+        used = {}
         with torch.no_grad():
             for name, p in self.params:
                 if not p.requires_grad:
@@ -158,21 +166,25 @@ class DenseTwin:
                 if grad is None and self.training.step_without_gradient:
                     grad = torch.zeros_like(p)
                 p.grad = None if grad is None else grad.clone()
+                if grad is not None:
+                    used[name] = (grad.clone(), self._magnitude.get(name, torch.zeros_like(p)).clone())
+        self.last_step = (used, self._reductions)
         if self._optimizer is not None:
             self._optimizer.step()
         for _, p in self.params:
             p.grad = None
         if self.training.reset_after_step:
-            self._reduced = {}
+            self._reduced, self._magnitude, self._reductions = {}, {}, 0
         return True
 
     def zero_grad(self):
         effect = self.training.zero_grad_effect
         if effect == "zeros":
-            for grad in self._reduced.values():
-                grad.zero_()
+            for tensors in (self._reduced, self._magnitude):
+                for t in tensors.values():
+                    t.zero_()
         elif effect == "none":
-            self._reduced = {}
+            self._reduced, self._magnitude = {}, {}
         elif effect == "local":
             self._local = {}
 
@@ -183,6 +195,12 @@ class DenseTwin:
         return {name: p.detach() for name, p in self.params}
 
     # ---- the arithmetic -------------------------------------------------------------------
+
+    def _add_reduction(self, name, grads):
+        self._add(self._reduced, name, self._reduce(grads))
+        # What any sum order of these terms can differ by is bounded by their magnitudes.
+        terms = [g.abs().div(self.world_size) for g in grads if g is not None]
+        self._add(self._magnitude, name, torch.stack(terms).sum(0))
 
     def _reduce(self, grads):
         """Reduces per-rank gradients (None: the rank had none) in rank order."""
