@@ -18,6 +18,11 @@ FAULT_SCENARIOS = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "
                                "upstream_faults")
 
 
+# The stub's planted faults and the invariant each must be caught by.
+FAULTS = {"gradient-not-averaged": "I3", "data-kept-after-backward": "I4",
+          "step-count-on-rank-0-only": "I9"}
+
+
 def read_json(path):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -54,34 +59,41 @@ class OnTheStub(unittest.TestCase):
         self.assertEqual(verdicts["mlp_sgd_world2"]["checks"]["I3"]["not_checked"], {})
         self.assertEqual(summary["stage"], 3)
 
-    def test_each_planted_fault_is_caught_by_its_own_invariant_and_only_it(self):
-        scenario = os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json")
-        for fault, invariant in (("gradient-not-averaged", "I3"),
-                                 ("data-kept-after-backward", "I4"),
-                                 ("step-count-on-rank-0-only", "I9")):
-            with self.subTest(fault):
-                summary, verdicts = self.suite([scenario], ZEROCHECK_STUB_DEEPSPEED_FAULT=fault)
-                found = {f["invariant"] for f in verdicts["sgd_two_linears"]["findings"]}
-                self.assertEqual(found, {invariant}, verdicts["sgd_two_linears"]["findings"])
-                summary, verdicts = self.suite([scenario], "--disable", invariant,
-                                               ZEROCHECK_STUB_DEEPSPEED_FAULT=fault)
-                self.assertEqual(verdicts["sgd_two_linears"]["findings"], [],
-                                 f"without {invariant} the {fault} fault survives")
-                self.assertEqual(summary["disabled"], [invariant])
+    def planted(self):
+        """One copy of a scenario per stub fault, and ZEROCHECK_DS_PLANT naming each one's fault."""
+        with open(os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json"), encoding="utf-8") as f:
+            scenario = json.load(f)
+        paths = []
+        for fault in FAULTS:
+            paths.append(os.path.join(self._tmp.name, f"{fault}.json"))
+            with open(paths[-1], "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+        return paths, ",".join(f"{fault}:{fault}" for fault in FAULTS)
 
-    def test_a_finding_names_what_differs(self):
-        scenario = os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json")
-        _, verdicts = self.suite([scenario], ZEROCHECK_STUB_DEEPSPEED_FAULT="gradient-not-averaged")
-        findings = verdicts["sgd_two_linears"]["findings"]
-        value = next(f for f in findings if f["attribute"] == "value")
+    def test_each_planted_fault_is_caught_by_its_own_invariant_and_only_it(self):
+        paths, plant = self.planted()
+        _, verdicts = self.suite(paths, ZEROCHECK_DS_PLANT=plant)
+        for fault, invariant in FAULTS.items():
+            found = {f["invariant"] for f in verdicts[fault]["findings"]}
+            self.assertEqual(found, {invariant}, verdicts[fault]["findings"])
+        # The messages say what differs, and the signatures what kind of thing.
+        value = next(f for f in verdicts["gradient-not-averaged"]["findings"] if f["attribute"] == "value")
         self.assertEqual(value["op"], "step")
         self.assertIn("differs from the dense twin's after op 3 (step)", value["message"])
         self.assertIn("max abs", value["message"])
         self.assertEqual(value["signature"], "I3 step: value differs from the dense twin on Linear parameter")
-        _, verdicts = self.suite([scenario], ZEROCHECK_STUB_DEEPSPEED_FAULT="step-count-on-rank-0-only")
-        i9 = verdicts["sgd_two_linears"]["findings"][0]
+        i9 = verdicts["step-count-on-rank-0-only"]["findings"][0]
         self.assertIn("state.steps.global_steps: rank 0: 1, rank 1: 0", i9["message"])
         self.assertEqual(i9["signature"], "I9 step: ranks disagree on global_steps")
+
+    def test_switched_off_the_fault_only_it_catches_survives(self):
+        paths, plant = self.planted()
+        for fault, invariant in FAULTS.items():
+            with self.subTest(invariant):
+                summary, verdicts = self.suite(paths, "--disable", invariant, ZEROCHECK_DS_PLANT=plant)
+                self.assertEqual(verdicts[fault]["findings"], [],
+                                 f"without {invariant} the {fault} fault survives")
+                self.assertEqual(summary["disabled"], [invariant])
 
     def test_at_world_3_the_first_step_is_compared_within_its_sum_order_bound(self):
         with open(os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json"), encoding="utf-8") as f:
@@ -96,14 +108,14 @@ class OnTheStub(unittest.TestCase):
         self.assertTrue(any("after the first optimizer step" in reason
                             for reason in summary["checks"]["I3"]["not_checked"]))
         _, verdicts = self.suite([path], "--world", "3",
-                                 ZEROCHECK_STUB_DEEPSPEED_FAULT="gradient-not-averaged")
+                                 ZEROCHECK_DS_PLANT="world3:gradient-not-averaged")
         values = [f for f in verdicts["world3"]["findings"] if f["attribute"] == "value"]
         self.assertTrue(values and "allowed" in values[0]["message"], verdicts["world3"]["findings"])
 
     def test_stage_is_recorded_and_part_of_signatures(self):
         scenario = os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json")
         summary, verdicts = self.suite([scenario], "--stage", "2",
-                                       ZEROCHECK_STUB_DEEPSPEED_FAULT="step-count-on-rank-0-only")
+                                       ZEROCHECK_DS_PLANT="sgd_two_linears:step-count-on-rank-0-only")
         self.assertEqual(summary["stage"], 2)
         self.assertTrue(all(s["signature"].endswith("[ZeRO stage 2]") for s in summary["signatures"]))
         self.assertIn("--stage 2", summary["signatures"][0]["replay_command"])
