@@ -16,10 +16,9 @@ Exit 77 (skipped) only when TREE does not exist.
 
 import json
 import os
-import shutil
 import sys
 
-from upstream_support import SKIP, Edit, check, patched_tree, read, run, verdicts
+from upstream_support import SKIP, Edit, arguments, check, patched_tree, run, verdicts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios", "upstream_faults")
@@ -81,12 +80,10 @@ ABLATED = ("I3", "I4", "I9")
 
 
 def main():
-    zerocheck, python, tree, work = sys.argv[1:5]
-    if not os.path.isdir(tree):
-        print(f"SKIPPED: no DeepSpeed source tree at {tree}")
+    args = arguments()
+    if args is None:
         return SKIP
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    zerocheck, python, tree, work = args
     edits = [edit for _, _, fault_edits in FAULTS.values() for edit in fault_edits]
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), edits,
                         "planted faults")

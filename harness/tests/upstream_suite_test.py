@@ -21,12 +21,12 @@ Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to imp
 """
 
 import os
-import shutil
 import subprocess
 import sys
 
-from upstream_support import (SKIP, TWIN_SCENARIOS, Edit, check, check_numbers, export, patched_tree,
-                              read, run, signatures, verdicts)
+from upstream_support import (SKIP, TWIN_SCENARIOS, Edit, arguments, check, check_numbers, export,
+                              patched_tree, read, run, signatures, verdicts)
+
 # DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it.
 DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=None)
                for relative in ("deepspeed/runtime/zero/parameter_offload.py",
@@ -35,12 +35,10 @@ DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=
 
 
 def main():
-    zerocheck, python, tree, work = sys.argv[1:5]
-    if not os.path.isdir(tree):
-        print(f"SKIPPED: no DeepSpeed source tree at {tree}")
+    args = arguments()
+    if args is None:
         return SKIP
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    zerocheck, python, tree, work = args
     common = ["--python", python, "--world", "2", "--scenario-timeout", "60"]
 
     # 1. The unmodified tree, on the export plus a user who placed experts by their own `ds_id`.

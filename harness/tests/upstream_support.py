@@ -34,6 +34,18 @@ def check(condition, message):
     print(f"ok: {message}")
 
 
+def arguments():
+    """(ZEROCHECK, PYTHON, TREE, WORKDIR) from the command line, or None when TREE is absent (the
+    test is then skipped: exit SKIP). WORKDIR is emptied."""
+    zerocheck, python, tree, work = sys.argv[1:5]
+    if not os.path.isdir(tree):
+        print(f"SKIPPED: no DeepSpeed source tree at {tree}")
+        return None
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    return zerocheck, python, tree, work
+
+
 def run(zerocheck, args, expect, env=None):
     command = [zerocheck, "upstream", *args]
     print("$", " ".join(command), flush=True)
