@@ -24,11 +24,15 @@ The twin cannot follow every scenario: a submodule target (the user's forward tr
 too), several live engines or an accepted repeated initialize, an operation that raised, a
 backward before any engine, the user's optimizer handed to a second engine, a world size other
 than the scenario's. From then on I3 says "not checked" with the reason; the tallies go into the
-verdict and summary.json. A check never raises: its own failure is a finding of its invariant.
+verdict and summary.json. A check never raises: every rank makes the same collectives whatever
+its own checks do, and a check that fails is reported as such (an `op` finding naming the check),
+never as a finding about the engine.
 """
 
 import hashlib
 import inspect
+import traceback
+
 import torch
 
 from . import partition_model, schema, seeded, twin
@@ -41,6 +45,7 @@ _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum orde
                      "through the trajectory")
 # The invariants that read an engine's state (I9 compares what every rank says, state or not).
 _READ_STATE = schema.some("invariants", "I3", "I4")
+
 
 def _ordered_bits(t):
     """float32 -> int64 whose order is the floats' (for ulp distances)."""
@@ -123,6 +128,14 @@ class NumericChecks:
         if self._stopped is None:
             self._stopped = reason
 
+    def _twin_does(self, action):
+        """Runs a step of the twin; one that raises (a scenario it cannot run) stops it."""
+        try:
+            return action()
+        except Exception as e:  # noqa: BLE001 - never a finding: the twin is the harness's
+            self.stop(f"the dense twin raised {type(e).__name__}")
+            return None
+
     def initialized(self, target_path, optimizer_kind, live_count, training):
         """A non-repeated initialize created an engine over `target_path`."""
         first = not self._engine_started
@@ -149,7 +162,7 @@ class NumericChecks:
                 self._reference_model(), self.world_size, training,
                 self.scenario.config["gradient_accumulation_steps"], self._make_optimizer,
                 run_module)
-        self._twin.start(target_path)
+        self._twin_does(lambda: self._twin.start(target_path))
 
     def repeated(self, accepted, clean):
         """A repeated initialize: refused cleanly, or not (accepted, failed, changed things)."""
@@ -169,8 +182,9 @@ class NumericChecks:
             return None
         batches = [seeded.micro_batch(self.scenario.seed, index, r, self.scenario.batch,
                                       self.scenario.features) for r in range(self.world_size)]
-        losses = self._twin.forward(batches, lambda: RouteCursor(route))
-        self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
+        losses = self._twin_does(lambda: self._twin.forward(batches, lambda: RouteCursor(route)))
+        if losses is not None:
+            self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
         return None
 
     def backward(self, index, ok, through_engine):
@@ -181,7 +195,7 @@ class NumericChecks:
                 self.stop("a backward before any engine: the user's own autograd left .grad")
             return None
         if self._following():
-            self._twin.backward()
+            self._twin_does(self._twin.backward)
         return None
 
     def step(self, index, ok):
@@ -192,14 +206,14 @@ class NumericChecks:
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
         if self._following():
-            self._twin.step()
+            self._twin_does(self._twin.step)
         return None
 
     def zero_grad(self, index, ok):
         if not ok:
             return self.stop("a zero_grad raised")
         if self._following():
-            self._twin.zero_grad()
+            self._twin_does(self._twin.zero_grad)
         return None
 
     def released(self):
@@ -228,17 +242,23 @@ class NumericChecks:
                 unavailable = f"reading the engine's state raised {type(e).__name__}: {e}"
         elif len(live) > 1:
             unavailable = "several live engines"
-        expected = self._expected_params(live[0].target if len(live) == 1 else None)
-        plan = self._plan(state, expected) if state is not None else None
-        summary = {"engines": len(live), "state": self._summary(state) if state else None,
-                   "unavailable": unavailable, "plan": plan[0] if plan else None}
+        expected, plan, summary = [], None, None
         try:
-            everyone = self._exchange.objects(summary)
+            expected = self._expected_params(live[0].target if len(live) == 1 else None)
+            plan = self._plan(state, expected) if state is not None else None
+            summary = self._summary(state) if state else None
+        except Exception:  # noqa: BLE001 - this rank still takes part in the exchange
+            findings.append(self._check_failed(index, op, "state summary"))
+            state, plan, unavailable = None, None, "the checks could not read it"
+        mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
+                "plan": plan[0] if plan else None}
+        try:
+            everyone = self._exchange.objects(mine)
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         if "I9" in self.enabled:
             self.tally.done("I9")
-            findings += self._agreement(index, op, everyone)
+            findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
         if not live:
             return findings
         if state is None:
@@ -247,9 +267,10 @@ class NumericChecks:
                     self.tally.skip(inv, unavailable or "no engine state")
             return findings
         if "I4" in self.enabled:
-            findings += self._partitions(index, op, state, expected, event)
+            findings += self._safely(index, op, "I4",
+                                     lambda: self._partitions(index, op, state, expected, event))
         sizes = {s["plan"] for s in everyone}
-        if len(sizes) != 1 or None in sizes:
+        if len(sizes) != 1 or None in sizes:  # decided from what every rank sees alike
             if "I3" in self.enabled:
                 self.tally.skip("I3", "the ranks' shard sizes disagree (I9)")
             return findings
@@ -257,10 +278,23 @@ class NumericChecks:
             gathered = self._exchange.flat(plan[1])
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
-        assembled = self._assemble(state, expected, gathered)
         if "I3" in self.enabled:
-            findings += self._parity(index, op, state, assembled)
+            findings += self._safely(index, op, "I3", lambda: self._parity(
+                index, op, state, self._assemble(state, expected, gathered)))
         return findings
+
+    def _safely(self, index, op, what, check):
+        try:
+            return check()
+        except Exception:  # noqa: BLE001 - the harness's own failure, said as such
+            return [self._check_failed(index, op, what)]
+
+    def _check_failed(self, index, op, what):
+        text = traceback.format_exc()
+        last = text.strip().splitlines()[-1]
+        return Finding(invariant="op", op_index=index, op=f"{op} ({what} check)", exception=text,
+                       message=f"zerocheck's {what} check after op {index} ({op}) raised {last}: "
+                               f"a bug of the harness, not of the engine")
 
     # ---- the model's view of the target --------------------------------------------------------
 
