@@ -159,6 +159,8 @@ void register_replay_command(CLI::App& command, int& exit_code) {
       throw zero3::UsageError(args->file + ": " + e.what());
     }
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    if (pool && args->twin_numbers)
+      throw zero3::UsageError("--twin-numbers reads the twin of ranks in this process: drop --procs");
     const Verdict verdict = pool ? run_scenario_on(*pool, scenario, run) : run_scenario(scenario, run);
     if (args->json) {
       nlohmann::json out{{"engine", args->engine}, {"scenario_file", args->file}, {"ok", verdict.ok()},

@@ -206,6 +206,24 @@ TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
   std::system(("rm -rf " + out).c_str());
 }
 
+// The dense twin's numbers after every operation (what twin_cross_check compares with the Python
+// twin): a forward's losses by rank and every parameter as float32 bits; a usage error without
+// --json or with the twin switched off.
+TEST(Cli, ReplayTwinNumbersGivesLossesByRankAndParametersAfterEveryOperation) {
+  const std::string file = std::string(ZEROCHECK_SOURCE_DIR) + "/harness/tests/scenarios/twin/mlp_sgd_world2.json";
+  const CliRun run = run_cli("replay " + file + " --json --twin-numbers");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto twin = nlohmann::json::parse(run.output)["twin"];
+  ASSERT_EQ(twin.size(), 14u);
+  EXPECT_EQ(twin[1]["op"], "forward");
+  EXPECT_EQ(twin[1]["losses"].size(), 2u);
+  EXPECT_TRUE(twin[2]["losses"].empty());
+  EXPECT_EQ(twin[3]["params"]["0.weight"].size(), 16u);  // features 4: a 4 x 4 weight
+  EXPECT_NE(twin[3]["params"]["0.weight"], twin[0]["params"]["0.weight"]) << "the step moved it";
+  EXPECT_EQ(run_cli("replay " + file + " --twin-numbers").exit_code, 2);
+  EXPECT_EQ(run_cli("replay " + file + " --json --twin-numbers --disable I3,I8").exit_code, 2);
+}
+
 TEST(Cli, ReplayOfAMalformedScenarioExitsTwoNamingThePath) {
   const CliRun run = run_cli(std::string("replay ") + ZEROCHECK_SOURCE_DIR +
                              "/harness/tests/scenarios/malformed/child_backwards.json");
