@@ -42,6 +42,8 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
       ->check(CLI::Range(1, 3));
   command.add_option("--disable", options->disable,
                      "invariants not to check, of I3, I4, I9 (the dense twin and the shard exchange)");
+  command.add_flag("--ablate", options->ablate,
+                   "replay each scenario again with each of I3, I4, I9 off in turn: which scenarios only it catches");
   command.add_option("--out", options->out_dir, "where scenarios, verdicts, logs and report.md go");
   command.add_option("--scenarios", options->scenarios,
                      "replay these scenario files or folders instead of exporting new ones")

@@ -9,6 +9,13 @@ ranks' gradients in rank order, divide once, accumulate until zero_grad). For ev
 harness/tests/scenarios/twin/ (worlds 2, 3 and 4) and for the exported ones whose operations the
 driver below follows, `zerocheck replay --json --twin-numbers` prints the C++ twin's losses and
 parameters after every operation as float32 bits; the Python twin must give the same bits.
+
+Then the engine against DeepSpeed: where the two train alike (one engine, every step followed by
+zero_grad, every parameter reached: `ENGINE_IS_DEEPSPEED` below), the Python twin under
+DeepSpeed's stage-3 rules (each rank's gradient divided by W, then summed) gives the C++ engine's
+bits too, at worlds 2 and 4: dividing by a power of two is exact, so dividing before or after the
+sum is the same. The upstream ctests show DeepSpeed v0.14.5 and master equal that twin on
+mlp_sgd_world2 (I3 at tolerance 0), so on it our engine and DeepSpeed hold the same parameters.
 """
 
 import json
@@ -27,6 +34,8 @@ from zerocheck_ds.tree import RouteCursor, build_tree, run_module  # noqa: E402
 
 SHARED = os.path.join(HERE, "scenarios", "twin")
 # Exported scenarios the driver follows: one engine at a time, no checkpoint, no placement.
+# Scenarios on which the C++ engine's rules and DeepSpeed's give the same numbers (see above).
+ENGINE_IS_DEEPSPEED = ("mlp_sgd_world2.json", "mlp_adam_world4.json")
 FOLLOWED_OPS = {"initialize", "forward", "backward", "step", "zero_grad", "set_attr", "del_attr",
                 "release", "destroy"}
 
@@ -48,11 +57,11 @@ def bits(values):
     return [seeded.float32_bits(v) for v in values]
 
 
-def python_numbers(scenario):
+def python_numbers(scenario, rules=twin.ZEROCHECK):
     """The C++ interpreter's rules for its dense twin, followed op by op with the Python twin."""
     model = build_tree(scenario).root
     dense = twin.DenseTwin(
-        model, scenario.world_size, twin.ZEROCHECK,
+        model, scenario.world_size, rules,
         scenario.config["gradient_accumulation_steps"],
         lambda params: replay.make_optimizer(scenario.optimizer, scenario.lr, params), run_module)
     live = False
@@ -123,6 +132,10 @@ def main():
         steps = sum(1 for entry in cxx if entry["op"] == "step")
         print(f"ok: {name}: world {scenario.world_size}, {len(cxx)} ops ({steps} steps), bit for bit")
         checked.append(name)
+        if os.path.basename(path) in ENGINE_IS_DEEPSPEED:
+            compare(f"{name} under DeepSpeed's rules", cxx,
+                    python_numbers(scenario, twin.deepspeed_training(3, "loss")))
+            print(f"ok: {name}: DeepSpeed's stage-3 rules give the C++ engine's bits too")
     if len(checked) < len(files) + 3:
         fail(f"only {len(checked) - len(files)} exported scenarios were followed; expected at least 3")
     print(f"the C++ and Python dense twins agree bit for bit on {len(checked)} scenarios")

@@ -19,6 +19,11 @@ DS_ID_USER = os.path.join(HERE, os.pardir, "deepspeed", "tests", "fixtures", "up
 EXPERT_SKIPPED = os.path.join(HERE, "scenarios", "upstream_bugs", "expert_skipped_by_route.json")
 # Scenarios both twins agree on (twin_cross_check): plain training, for the stage 1 and 2 runs.
 TWIN_SCENARIOS = os.path.join(HERE, "scenarios", "twin")
+# One on which zerocheck's engine and DeepSpeed's rules coincide (twin_cross_check shows the C++
+# engine's bits under both): DeepSpeed equal to the twin here holds our engine's parameters.
+ENGINE_ALIKE = os.path.join(TWIN_SCENARIOS, "mlp_sgd_world2.json")
+# The extra scenarios' names, beside the export's.
+EXTRA = ["ds_id_experts", "expert_skipped_by_route", "mlp_sgd_world2"]
 KNOWN = os.path.join(HERE, os.pardir, "deepspeed", "KNOWN_UPSTREAM.md")
 NEW_INVARIANTS = ("I3", "I4", "I9")
 
@@ -78,7 +83,8 @@ def export(zerocheck, work):
     subprocess.run([zerocheck, "export", "--cases", str(CASES), "--seed", "5", "--world", "2",
                     "--out", out], check=True)
     folder = os.path.join(out, "scenarios")
-    return [folder, DS_ID_USER, EXPERT_SKIPPED], sorted(n[:-5] for n in os.listdir(folder))
+    return ([folder, DS_ID_USER, EXPERT_SKIPPED, ENGINE_ALIKE],
+            sorted(n[:-5] for n in os.listdir(folder)))
 
 
 def triaged():
@@ -96,6 +102,11 @@ def check_numbers(summary, found, version):
     """What I3, I4 and I9 must show on a pristine DeepSpeed: checks made, the expert that a route
     skips stepped with its old gradient (I3), and every other I3/I4/I9 signature triaged."""
     checks = summary["checks"]
+    alike = found["mlp_sgd_world2"]
+    check(alike["outcome"] == "ok" and alike["checks"]["I3"]["checked"] >= 14
+          and not alike["checks"]["I3"]["not_checked"],
+          f"{version}: mlp_sgd_world2 equals the dense twin after every operation (I3: "
+          f"{alike['checks']['I3']}), so it holds our engine's parameters (twin_cross_check)")
     for invariant in NEW_INVARIANTS:
         check(checks[invariant]["checked"] > 0,
               f"{invariant}: {checks[invariant]['checked']} checks made; not made: "

@@ -495,7 +495,7 @@ class NumericChecks:
                 f"the engine's parameters {[p.name for p in state.params]} are not the model's {names}")
             return findings
         if state.layout == "flat":
-            self._flat_partitions(state, expected, bad, event)
+            self._flat_partitions(index, op, state, expected, bad, event)
             return findings
         threshold = self.scenario.config["zero_optimization"]["stage3_param_persistence_threshold"]
         persistent = partition_model.persistent_names([(n, numel) for n, _, numel, _ in expected],
@@ -506,7 +506,8 @@ class NumericChecks:
             if shard_numel != c:
                 bad(name, "shard size", c, shard_numel,
                     f"parameter {name!r} ({numel} elements): rank {self.rank}'s shard holds "
-                    f"{shard_numel} elements, the partition rule gives ceil({numel}/{self.world_size}) = {c}")
+                    f"{shard_numel} elements, the partition rule gives "
+                    f"ceil({numel}/{self.world_size}) = {c}")
             held = p.data.numel()
             if p.status == "NOT_AVAILABLE" and held != 0:
                 bad(name, "released but holding data", 0, held,
@@ -526,13 +527,14 @@ class NumericChecks:
                         else "released after the step")
             if wants is not None and (p.status != wants or (wants == "NOT_AVAILABLE" and held)):
                 bad(name, rule, wants, f"{p.status} holding {held} elements",
-                    f"parameter {name!r} ({numel} elements, {'persistent' if name in persistent else 'partitioned'} "
+                    f"parameter {name!r} ({numel} elements, "
+                    f"{'persistent' if name in persistent else 'partitioned'} "
                     f"at threshold {threshold}) after op {index} ({op}) on rank {self.rank}: "
                     f"{p.status} holding {held} elements, expected {wants}"
                     + (" with no data" if wants == "NOT_AVAILABLE" else " and whole"))
         return findings
 
-    def _flat_partitions(self, state, expected, bad, event):
+    def _flat_partitions(self, index, op, state, expected, bad, event):
         # Stage 2 partitions gradients: each backward reduces them into the flat partitions and
         # drops the module's .grad (stage_1_and_2.py `reduce_ipg_grads` -> clear_grad_attribute).
         # Stage 1 reduces them in the backward before a boundary step, and drops them too.
@@ -543,8 +545,8 @@ class NumericChecks:
                         else "gradient reduced before the step")
                 bad(p.name, rule, None, p.grad_numel,
                     f"parameter {p.name!r} holds a whole gradient of {p.grad_numel} elements on "
-                    f"rank {self.rank} after op {'the step' if event == 'boundary' else 'this op'}; "
-                    f"ZeRO stage {state.stage} keeps only its partition")
+                    f"rank {self.rank} after op {index} ({op}); ZeRO stage {state.stage} keeps "
+                    f"gradients only in its flat partitions by then")
         group = self._flat_group(expected)
         if [list(g) for g in state.flat_group_names] != [list(group.names)]:
             bad("", "optimizer groups", [list(group.names)], state.flat_group_names,
@@ -609,7 +611,8 @@ def _first_difference(summaries):
         if all(isinstance(v, list) for v in values) and all(len(v) == len(first) for v in values):
             for i in range(len(first)):
                 item = first[i]
-                label = f"{path}[{item['name']!r}]" if isinstance(item, dict) and "name" in item else f"{path}[{i}]"
+                named = isinstance(item, dict) and "name" in item
+                label = f"{path}[{item['name']!r}]" if named else f"{path}[{i}]"
                 found = walk([v[i] for v in values], label)
                 if found:
                     return found

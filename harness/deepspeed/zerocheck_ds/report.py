@@ -28,6 +28,7 @@ class Run:
         self.interrupted = False
         self.baseline = None
         self.minimal = {}  # signature -> what minimise.py produced
+        self.ablation = {}  # --ablate: scenario -> {invariant off: invariants left, or "survives"}
 
     def add(self, result):
         self.verdicts.append(result)
@@ -106,7 +107,17 @@ class Run:
                            "signatures": sorted({f["signature"] for f in v["findings"]})}
                           for v in self.verdicts],
             "baseline": self.baseline,
+            "ablation": _ablation(self.ablation) if self.args.ablate else None,
         }
+
+
+def _ablation(rows):
+    """The --ablate matrix and, per invariant, the caught scenarios that survive without it."""
+    offs = sorted({off for row in rows.values() for off in row if off != "all"})
+    return {"matrix": rows,
+            "necessary_for": {off: sorted(n for n, row in rows.items()
+                                          if row["all"] != "none" and row.get(off) == "survives")
+                              for off in offs}}
 
 
 def _brief(verdict):

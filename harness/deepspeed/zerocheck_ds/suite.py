@@ -45,6 +45,10 @@ def parse_args(argv):
     p.add_argument("--disable", default="", metavar="I3,I4,I9",
                    help="invariants not to check (of I3, I4, I9: they cost a dense twin and two "
                         "collectives per operation)")
+    p.add_argument("--ablate", action="store_true",
+                   help="replay every scenario again with each of I3, I4, I9 switched off in "
+                        "turn: which scenarios only that invariant catches (summary.json "
+                        "\"ablation\")")
     p.add_argument("--deepspeed-tree", metavar="DIR",
                    help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
                         "default: the DeepSpeed installed for this Python")
@@ -97,19 +101,20 @@ class Supervisor:
                                                logs)
         return self._pools[world_size]
 
-    def replay(self, name, path, world_size):
-        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones."""
+    def replay(self, name, path, world_size, disable=None):
+        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones.
+        `disable` replaces --disable for this replay."""
         pool = self.pool(world_size)
         if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
             pool.stop(grace=5)
         reused = pool.running
-        outcome = pool.run(name, path, self._args.scenario_timeout)
+        outcome = pool.run(name, path, self._args.scenario_timeout, disable)
         self.version = self.version or pool.version
         notes = []
         if outcome.kind in ("crash", "hang") and reused:
             # The previous scenario may have left the ranks broken: judge this one alone.
             first = outcome
-            outcome = pool.run(name, path, self._args.scenario_timeout)
+            outcome = pool.run(name, path, self._args.scenario_timeout, disable)
             notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
                          f"rerun on fresh ranks: {outcome.kind}")
         if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
@@ -222,7 +227,25 @@ def _replay_all(supervisor, scenarios, run):
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))
+        if args.ablate:
+            caught = sorted({f["invariant"] for f in findings})
+            run.ablation[scenario.name] = {"all": caught or "none",
+                                           **_ablate(supervisor, scenario.name, path, args)}
     return None
+
+
+def _ablate(supervisor, name, path, args):
+    """{invariant switched off: the invariants that still catch the scenario, or "survives"}: a
+    real replay for each, on the same ranks."""
+    row = {}
+    for off in NEW_INVARIANTS:
+        if off in args.disabled:
+            continue
+        outcome, _ = supervisor.replay(f"{name}~without-{off}", os.path.abspath(path), args.world,
+                                       disable=sorted(set(args.disabled) | {off}))
+        caught = sorted({f["invariant"] for f in outcome_findings(outcome, args.scenario_timeout)})
+        row[off] = caught or "survives"
+    return row
 
 
 def _start_failure(error):

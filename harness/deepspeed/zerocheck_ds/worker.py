@@ -10,12 +10,15 @@ share):
     {"ready": true, "version": "...", "pid": N}     joined the group, waiting for work
     {"error": "..."}                                could not start (the process then exits 2)
     {"at": NAME, "op_index": I, "op": "forward"}    heartbeat: about to run this step
-    {"done": NAME, "findings": [...], "skipped": [...]}
+    {"done": NAME, "findings": [...], "skipped": [...], "checks": {...}}
+
+A job is {"name": NAME, "path": SCENARIO} and may carry "disable": [invariants], which replaces
+--disable for that scenario (the suite's --ablate).
 
 ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
 survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
 first operation. ZEROCHECK_DS_PLANT (tests only) "SCENARIO:FAULT,..." sets ZEROCHECK_PLANTED_FAULT
-to FAULT while that scenario replays, for a DeepSpeed copy patched with switchable faults
+to FAULT while that scenario (its file's name) replays, for a DeepSpeed copy patched with switchable faults
 (harness/tests/upstream_faults.py).
 """
 
@@ -112,10 +115,10 @@ def main(argv):
         name = job["name"]
         try:
             scenario = load_scenario(job["path"])
-            os.environ[PLANTED_FAULT_VARIABLE] = plants.get(name, "")
+            os.environ[PLANTED_FAULT_VARIABLE] = plants.get(scenario.name, "")
             result = Replay(scenario, adapter, world.rank, world.world_size,
                             observer=_observer(replies, name, planted), exchange=exchange,
-                            stage=args.stage, disabled=disabled).run()
+                            stage=args.stage, disabled=job.get("disable", disabled)).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
