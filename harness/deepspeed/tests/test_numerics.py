@@ -99,18 +99,19 @@ class OnTheStub(unittest.TestCase):
         with open(os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json"), encoding="utf-8") as f:
             scenario = json.load(f)
         scenario["world_size"] = 3
-        path = os.path.join(self._tmp.name, "world3.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(scenario, f)
-        summary, verdicts = self.suite([path], "--world", "3")
+        paths = [os.path.join(self._tmp.name, f"{name}.json") for name in ("world3", "world3_fault")]
+        for path in paths:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+        summary, verdicts = self.suite(paths, "--world", "3",
+                                       ZEROCHECK_DS_PLANT="world3_fault:gradient-not-averaged")
         self.assertEqual(verdicts["world3"]["findings"], [])
-        self.assertGreater(summary["checks"]["I3"]["checked"], 3)
+        self.assertGreater(verdicts["world3"]["checks"]["I3"]["checked"], 3)
         self.assertTrue(any("after the first optimizer step" in reason
                             for reason in summary["checks"]["I3"]["not_checked"]))
-        _, verdicts = self.suite([path], "--world", "3",
-                                 ZEROCHECK_DS_PLANT="world3:gradient-not-averaged")
-        values = [f for f in verdicts["world3"]["findings"] if f["attribute"] == "value"]
-        self.assertTrue(values and "allowed" in values[0]["message"], verdicts["world3"]["findings"])
+        values = [f for f in verdicts["world3_fault"]["findings"] if f["attribute"] == "value"]
+        self.assertTrue(values and "allowed" in values[0]["message"],
+                        verdicts["world3_fault"]["findings"])
 
     def test_stage_is_recorded_and_part_of_signatures(self):
         scenario = os.path.join(FAULT_SCENARIOS, "sgd_two_linears.json")
