@@ -284,6 +284,7 @@ void Engine::load_checkpoint(const std::string& dir) {
     if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
   }
   s.micro_steps = m.micro_steps;
+  s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
   s.comm.barrier();
 }
 

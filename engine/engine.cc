@@ -217,8 +217,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   state->optimizer = rebuild_optimizer(optimizer, [&](const at::Tensor& user_param) {
     ManagedParam* p = state->param_by_impl.at(user_param.unsafeGetTensorImpl());
     if (p->placed() && p->owner != comm.rank()) return at::Tensor();  // no state off its owner
-    if (options.fault == Fault::stale_optimizer_tensors)
-      return p->persistent ? p->param : at::zeros({p->layout.chunk()});
+    // The planted fault: an alias of the shard that no gradient reaches, so the optimizer skips
+    // it; an alias, not a copy, so that no extra bytes give it away to I4 before I3 sees it.
+    if (options.fault == Fault::stale_optimizer_tensors) return p->persistent ? p->param : p->master.detach();
     return p->master;
   });
 
@@ -285,6 +286,10 @@ void Engine::step() {
   for (auto& p : state_->params)
     if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
   state_->optimizer->step();
+  // The planted fault: the last rank does not count its first step; the step itself is applied.
+  const bool skip_count = state_->options.fault == Fault::step_count_skipped_on_one_rank &&
+                          state_->optimizer_steps == 0 && state_->comm.rank() == state_->comm.world_size() - 1;
+  if (!skip_count) ++state_->optimizer_steps;
   if (state_->options.fault == Fault::nan_after_step && state_->comm.rank() == 0) {
     at::NoGradGuard no_grad;
     for (auto& p : state_->params)
@@ -366,6 +371,10 @@ std::vector<int64_t> Engine::optimizer_state_elements() const {
 const Config& Engine::config() const { return state_->config; }
 Comm& Engine::comm() { return state_->comm; }
 Fault Engine::fault() const { return state_->options.fault; }
+
+int64_t Engine::micro_steps() const { return state_->micro_steps; }
+
+int64_t Engine::optimizer_steps() const { return state_->optimizer_steps; }
 
 torch::optim::Optimizer& Engine::optimizer() {
   state_->require_live("optimizer");

@@ -136,6 +136,10 @@ class Engine {
   Comm& comm();
   torch::optim::Optimizer& optimizer();
   Fault fault() const;
+  // The step() calls so far, and the optimizer steps they applied (one every
+  // gradient_accumulation_steps calls; DeepSpeed's global_steps). Every rank counts alike.
+  int64_t micro_steps() const;
+  int64_t optimizer_steps() const;
 
   // Returns the bytes this rank holds for model state: model tensors, fp32 shards, shard
   // gradients and optimizer state.

@@ -29,7 +29,7 @@ namespace zero3 {
   X(placement_from_engine_ids, "placement-from-engine-ids", "I2", "engine_integration_tests:Placement.ResidencyFollowsTheUsersAttributes", "here.param_elements", "expert placement is computed from engine module ids instead of the user's attributes") \
   X(accept_repeated_initialize, "accept-repeated-initialize", "I5", "engine_integration_tests:Registry.SameModelTwiceIsRejected", "a second initialize of the same model was accepted", "initialize on an already managed model or optimizer is silently accepted") \
   X(reinitialize_changes_state, "reinitialize-changes-state", "I5", "engine_integration_tests:Registry.RejectedInitializeLeavesTheFirstEngineTraining", "model->attrs() == user_attrs", "a rejected repeated initialize has already numbered the modules (writes `id`) when it throws") \
-  X(stale_optimizer_tensors, "stale-optimizer-tensors", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/moe_world2", "I3 violated", "the optimizer steps over stale copies instead of the fp32 shards") \
+  X(stale_optimizer_tensors, "stale-optimizer-tensors", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/moe_world2", "I3 violated", "the optimizer steps over stale aliases of the fp32 shards that no gradient reaches") \
   X(reduce_scatter_wrong_shard, "reduce-scatter-wrong-shard", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world3", "I3 violated", "the gradient reduce-scatter delivers the next rank's shard") \
   X(consolidated_from_rank0_shard, "consolidated-from-rank0-shard", "I6", "engine_integration_tests:Checkpoint.ConsolidatedStateDictEqualsTheModelAsBuilt", "consolidated.at(path)", "the consolidated state dict is built from rank 0's shard, other ranks' slices left zero") \
   X(checkpoint_drops_optimizer_state, "checkpoint-drops-optimizer-state", "I6", "engine_integration_tests:Checkpoint.SaveLoadRestoresShardsAndOptimizerBitExactly", "train_step(*engine, spec, s, comm.rank())", "a sharded checkpoint is written without the optimizer state") \
@@ -44,7 +44,8 @@ namespace zero3 {
   X(refuse_gradient_accumulation, "refuse-gradient-accumulation", "I7", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.RefuseGradientAccumulation", "I7 violated", "initialize raises ConfigError for a valid config with gradient_accumulation_steps > 1") \
   X(reshard_offset_off_by_one, "reshard-offset-off-by-one", "I6", "harness_oracle_tests:ReshardOnLoad.*", "I6 violated", "loading a checkpoint saved by another world size cuts each rank's shard (and its optimizer state) one element late: a load into the saving world is exact") \
   X(hidden_shard_copy, "hidden-shard-copy", "I4", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.HiddenShardCopy", "I4 violated", "initialize keeps a second copy of every shard in a member that params() and residency() do not list: each rank holds its share twice, and only a measurement of what the rank allocated sees it") \
-  X(nan_after_step, "nan-after-step", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world2", "I3 violated", "every optimizer step leaves the first element of rank 0's first partitioned shard NaN: training goes on, and a comparison that drops NaN sees nothing")
+  X(nan_after_step, "nan-after-step", "I3", "harness_parity_tests:ModelsAndWorlds/Parity.*/mlp_world2", "I3 violated", "every optimizer step leaves the first element of rank 0's first partitioned shard NaN: training goes on, and a comparison that drops NaN sees nothing") \
+  X(step_count_skipped_on_one_rank, "step-count-skipped-on-one-rank", "I9", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.StepCountSkippedOnOneRank", "I9 violated", "the last rank does not count its first optimizer step: every number stays right, but that rank's step counter (what a learning-rate schedule reads) is one behind the others'")
 
 enum class Fault {
   none,
@@ -56,7 +57,7 @@ enum class Fault {
 struct FaultInfo {
   Fault fault;
   std::string_view name;       // the CLI name, e.g. "legacy-0.15.4"
-  std::string_view invariant;  // "I1".."I8"
+  std::string_view invariant;  // "I1".."I9"
   std::string_view killer;     // "test binary:GoogleTest filter" that must catch it
   std::string_view kill_text;  // what the killer prints when it catches the fault
   std::string_view description;

@@ -1,12 +1,12 @@
 #include "engine/layers.h"
 
 #include "engine/errors.h"
+#include "engine/seeded_values.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
-#include <cmath>
+#include <unordered_set>
 
 namespace zero3 {
 namespace {
@@ -82,13 +82,15 @@ at::Tensor MoE::forward(const at::Tensor& input, Route& route) {
 }
 
 void init_parameters(Module& root, uint64_t seed) {
-  at::Generator generator = at::detail::createCPUGenerator(seed);
   at::NoGradGuard no_grad;
-  for (at::Tensor& p : unique_parameters(root)) {
-    if (p.numel() == 0) continue;
+  // LibTorch lists parameters in pre-order, a shared one at every place: the first place is its
+  // path (SCENARIO_FORMAT.md), as Python's named_parameters() names it.
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& item : root.named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
+    if (!seen.insert(p.unsafeGetTensorImpl()).second || p.numel() == 0) continue;
     const int64_t fan_in = p.dim() >= 2 ? p.size(1) : p.dim() == 1 ? p.size(0) : 1;
-    const double bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)));
-    p.uniform_(-bound, bound, generator);
+    fill_seeded(p, stream_base(seed, ValueStream::parameter, fnv1a64(item.key())), parameter_bound(fan_in));
   }
 }
 

@@ -101,8 +101,9 @@ class MoE final : public Module {
   at::Tensor forward(const at::Tensor& input, Route& route) override;
 };
 
-// Fills every parameter of the tree once (shared ones once) from `seed`, in pre-order, with
-// uniform values scaled by 1/sqrt(fan-in). Deterministic across threads and processes.
+// Fills every parameter of the tree once (shared ones at their first path in pre-order) with the
+// seeded values of its path (engine/seeded_values.h), in [-1, 1) / sqrt(fan-in). The same bits in
+// every thread, process, LibTorch version and in the Python replay.
 void init_parameters(Module& root, uint64_t seed);
 
 }  // namespace zero3

@@ -1,5 +1,5 @@
 // libFuzzer entry: bytes -> Scenario (the whole language) -> the interpreter on LocalComm ranks,
-// oracles I1..I8 (fuzz/scenario_target.h; environment: fuzz/README.md).
+// oracles I1..I9 (fuzz/scenario_target.h; environment: fuzz/README.md).
 #include "fuzz/scenario_target.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

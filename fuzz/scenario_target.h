@@ -1,7 +1,7 @@
 // The targets that decode bytes into a Scenario (harness/scenario/bytes.h) and run it through the
 // one interpreter (harness/interpreter/interpreter.h) on LocalComm ranks:
 //
-//  - scenario_ops: the whole language (DrawProfile::training), every oracle, I1..I8, after every
+//  - scenario_ops: the whole language (DrawProfile::training), every oracle, I1..I9, after every
 //    operation: deep, a few dozen executions a second;
 //  - attrs: the property the project exists for (DrawProfile::attributes: trees of up to 64
 //    nodes, worlds of up to 8 ranks, initialize and repeated initialize, attribute writes,

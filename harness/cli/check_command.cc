@@ -12,6 +12,9 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -28,6 +31,28 @@ void print_finding(const Finding& f) {
   fmt::print("history (rank 0):\n");
   for (const auto& line : f.history) fmt::print("  {}\n", line);
   fmt::print("scenario written to {}\nreplay with:\n  {}\n", f.scenario_file, f.replay_command);
+}
+
+uint32_t float32_bits(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// What the twin holds after operation `index`: the forward's losses by rank and every parameter
+// of its target, as float32 bit patterns (exact, NaN included).
+nlohmann::json twin_numbers_after(int64_t index, OpKind kind, const model::DenseTwin& twin,
+                                  const std::vector<double>& losses) {
+  nlohmann::json losses_bits = nlohmann::json::array();
+  for (double loss : losses) losses_bits.push_back(float32_bits(static_cast<float>(loss)));
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& [name, p] : twin.params()) {
+    const at::Tensor values = p.detach().contiguous();
+    nlohmann::json bits = nlohmann::json::array();
+    for (int64_t i = 0; i < values.numel(); ++i) bits.push_back(float32_bits(values.data_ptr<float>()[i]));
+    params[name] = std::move(bits);
+  }
+  return {{"index", index}, {"op", to_string(kind)}, {"losses", losses_bits}, {"params", params}};
 }
 
 void add_common(CLI::App& command, std::string& engine, std::string& comm) {
@@ -100,7 +125,7 @@ void register_check_command(CLI::App& command, int& exit_code) {
 void register_replay_command(CLI::App& command, int& exit_code) {
   struct Args {
     std::string file, engine = "reference", comm = "local", disable;
-    bool json = false;
+    bool json = false, twin_numbers = false;
     ProcessArgs process;
   };
   auto args = std::make_shared<Args>();
@@ -109,9 +134,21 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   args->process.add_to(command);
   command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
   command.add_flag("--json", args->json, "print one JSON object");
+  command.add_flag("--twin-numbers", args->twin_numbers,
+                   "with --json: the dense twin's losses and parameters after every operation, as float32 bits "
+                   "(the cross-check with the Python twin)");
   command.callback([args, &exit_code] {
     RunOptions run;
     run.disabled_oracles = parse_invariants(args->disable);
+    auto twin_numbers = std::make_shared<nlohmann::json>(nlohmann::json::array());
+    if (args->twin_numbers) {
+      if (!args->json) throw zero3::UsageError("--twin-numbers needs --json");
+      if (!run.needs_dense_twin()) throw zero3::UsageError("--twin-numbers needs the dense twin: keep I3 or I8 on");
+      run.twin_observer = [twin_numbers](int64_t index, OpKind kind, const model::DenseTwin& twin,
+                                         const std::vector<double>& losses) {
+        twin_numbers->push_back(twin_numbers_after(index, kind, twin, losses));
+      };
+    }
     run.fault = zero3::engine_by_name(args->engine, "--engine");
     run.world.comm = comm_kind_by_name(args->comm);
     std::ifstream in(args->file, std::ios::binary);
@@ -125,11 +162,14 @@ void register_replay_command(CLI::App& command, int& exit_code) {
       throw zero3::UsageError(args->file + ": " + e.what());
     }
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
+    if (pool && args->twin_numbers)
+      throw zero3::UsageError("--twin-numbers reads the twin of ranks in this process: drop --procs");
     const Verdict verdict = pool ? run_scenario_on(*pool, scenario, run) : run_scenario(scenario, run);
     if (args->json) {
       nlohmann::json out{{"engine", args->engine}, {"scenario_file", args->file}, {"ok", verdict.ok()},
                          {"history", verdict.history}, {"violation", nullptr}};
       if (verdict.violation) out["violation"] = verdict.violation->to_json();
+      if (args->twin_numbers) out["twin"] = *twin_numbers;
       std::cout << out.dump() << std::endl;
     } else {
       fmt::print("{}", describe(scenario));

@@ -37,6 +37,13 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
       ->check(CLI::Range(0, 100000));
   command.add_option("--world", options->world_size, "ranks (processes on loopback)")->check(CLI::Range(1, 8));
   command.add_option("--seed", options->seed, "seed of the random scenarios");
+  command.add_option("--stage", options->stage,
+                     "the ZeRO stage to replay the scenarios with (they stay stage 3; default 3)")
+      ->check(CLI::Range(1, 3));
+  command.add_option("--disable", options->disable,
+                     "invariants not to check, of I3, I4, I9 (the dense twin and the shard exchange)");
+  command.add_flag("--ablate", options->ablate,
+                   "replay each scenario again with each of I3, I4, I9 off in turn: which scenarios only it catches");
   command.add_option("--out", options->out_dir, "where scenarios, verdicts, logs and report.md go");
   command.add_option("--scenarios", options->scenarios,
                      "replay these scenario files or folders instead of exporting new ones")

@@ -53,6 +53,11 @@ struct RunOptions {
   // violation is recorded in its operation's outcome and the operations go on (`train` and
   // `repro seed` report all they see).
   bool stop_at_first_violation = true;
+  // Told, on rank 0 after each operation, the dense twin as rank 0 reads it and the losses by
+  // rank its forward gave (empty for other operations): `zerocheck replay --twin-numbers` prints
+  // them for the cross-check with the Python twin. Needs the twin (I3, I6 or I8 on).
+  std::function<void(int64_t index, OpKind kind, const model::DenseTwin& twin, const std::vector<double>& losses)>
+      twin_observer;
 
   bool enabled(const std::string& invariant) const { return disabled_oracles.count(invariant) == 0; }
   // Whether a dense twin must be trained alongside: I3 (parity), I6 (the consolidated state

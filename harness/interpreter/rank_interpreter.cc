@@ -76,6 +76,7 @@ class ScenarioRunner {
     index_ = index;
     found_.clear();
     deferred_traffic_.reset();
+    dense_losses_.clear();
     OpOutcome outcome;
     switch (op.kind) {
       case OpKind::initialize: outcome = initialize(op); break;
@@ -101,6 +102,8 @@ class ScenarioRunner {
       }
     }
     outcome.violations = std::move(found_);
+    if (options_.twin_observer && twin_ && comm_.rank() == 0)
+      twin_->read([&](const model::DenseTwin& twin) { options_.twin_observer(index, op.kind, twin, dense_losses_); });
     return outcome;
   }
 
@@ -337,6 +340,7 @@ class ScenarioRunner {
     if (twin_) {
       TwinOutcome dense_run = twin_call(TwinCall::forward_of(w_, index_, op, comm_.world_size(), expectation_));
       traces_ = std::move(dense_run.traces);
+      dense_losses_ = dense_run.losses;
       outcome.twin_loss = dense_run.losses[static_cast<size_t>(comm_.rank())];
       require(oracles::loss_parity(*outcome.twin_loss, mine, engine_target_));
       deferred_traffic_->expected = trace()->forward();
@@ -553,6 +557,7 @@ class ScenarioRunner {
   std::vector<std::shared_ptr<model::TrafficTrace>> traces_;  // each rank's schedule of the last forward
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
   std::vector<Violation> found_;  // this operation's, when the run goes on after one
+  std::vector<double> dense_losses_;  // the twin's losses by rank, this operation's forward
   std::optional<std::string> saved_target_;
   std::vector<at::Tensor> saved_masters_;
   at::Tensor saved_optimizer_state_;

@@ -3,6 +3,7 @@
 #include "engine/legacy_mode.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/interpreter/internal/shared_twin.h"
+#include "harness/oracles/oracles.h"
 #include "harness/world/rank_memory.h"
 
 #include <nlohmann/json.hpp>
@@ -126,11 +127,14 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
     world.run([&](zero3::Comm& comm) {
       RankInterpreter rank(workload, comm, options, dir, twin);
       const std::unique_ptr<RankDriver> driver = drivers ? drivers(comm.rank()) : nullptr;
+      // What each rank sends after every operation: its stop flag, then its I9 digest.
+      constexpr int64_t kSent = 1 + static_cast<int64_t>(oracles::kAgreementFields);
+      const bool checks_agreement = options.checks_after_every_op && options.enabled("I9");
       at::Tensor my_flag, flags;
       {
         const NotChargedToTheRank harness;
-        my_flag = at::zeros({1}, at::kLong);
-        flags = at::empty({comm.world_size()}, at::kLong);
+        my_flag = at::zeros({kSent}, at::kLong);
+        flags = at::empty({comm.world_size() * kSent}, at::kLong);
       }
       for (size_t i = 0; i < ops.size(); ++i) {
         const auto index = static_cast<int64_t>(i);
@@ -146,19 +150,39 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
         if (driver) driver->after(rank, index, outcome);
         const bool stop_here = options.stop_at_first_violation && !outcome.violations.empty();
         // Every rank learns which ranks found a violation; the lowest one is reported. One
-        // all_gather of a flag: this runs after every operation, so it is kept to one collective
-        // (and its tensors to the two made before the first operation). It also keeps the ranks
-        // in step for the shared twin.
-        *my_flag.data_ptr<int64_t>() = stop_here ? 1 : 0;
+        // all_gather of a flag and the rank's I9 digest: this runs after every operation, so it
+        // is kept to one collective (and its tensors to the two made before the first
+        // operation); not counted by I8, which measures the operation alone. It also keeps the
+        // ranks in step for the shared twin.
+        int64_t* sent = my_flag.data_ptr<int64_t>();
+        sent[0] = stop_here ? 1 : 0;
+        if (checks_agreement) {
+          const NotChargedToTheRank harness;  // the digest's contiguous copies are the harness's
+          const oracles::AgreementDigest digest = oracles::agreement_digest(rank.engine());
+          std::copy(digest.begin(), digest.end(), sent + 1);
+        }
         comm.all_gather(my_flag, flags);
+        const int64_t* received = flags.data_ptr<int64_t>();
+        bool disagree = false;
+        if (checks_agreement) {
+          std::vector<oracles::AgreementDigest> by_rank(static_cast<size_t>(comm.world_size()));
+          for (size_t r = 0; r < by_rank.size(); ++r)
+            std::copy_n(received + static_cast<int64_t>(r) * kSent + 1, oracles::kAgreementFields, by_rank[r].begin());
+          if (oracles::Result v = oracles::agreement(by_rank, "")) {
+            disagree = true;  // every rank sees the same digests, so every rank stops alike
+            v->op_index = index;
+            if (comm.rank() == 0) outcome.violations.push_back(std::move(*v));  // reported once
+          }
+        }
         {
           std::lock_guard<std::mutex> lock(mutex);
           auto& mine = reports.found[static_cast<size_t>(comm.rank())];
           mine.insert(mine.end(), outcome.violations.begin(), outcome.violations.end());
           if (comm.rank() == 0) reports.outcomes.push_back(std::move(outcome));
         }
-        const int64_t* flag = flags.data_ptr<int64_t>();
-        if (std::any_of(flag, flag + comm.world_size(), [](int64_t f) { return f != 0; })) return;
+        if (disagree && options.stop_at_first_violation) return;
+        for (int r = 0; r < comm.world_size(); ++r)
+          if (received[static_cast<int64_t>(r) * kSent] != 0) return;
       }
       if (driver) driver->finish(rank);
     });

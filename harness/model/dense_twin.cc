@@ -3,10 +3,10 @@
 #include "harness/model/model.h"
 
 #include "engine/optimizer_rebuild.h"
+#include "engine/seeded_values.h"
 #include "engine/testing/training.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -51,10 +51,11 @@ void copy_state(const DenseTwin::OptimizerState& from, DenseTwin::OptimizerState
 }  // namespace
 
 Batch batch_of(const Scenario& s, int64_t index, int rank) {
-  at::Generator g = at::detail::createCPUGenerator(s.seed * 7919ULL + static_cast<uint64_t>(index) * 104729ULL +
-                                                   static_cast<uint64_t>(rank) * 31ULL + 3);
-  at::Tensor x = at::empty({s.batch, s.features}).uniform_(-1, 1, g);
-  at::Tensor y = at::empty({s.batch, s.features}).uniform_(-1, 1, g);
+  const uint64_t key = zero3::data_key(index, rank);
+  at::Tensor x = at::empty({s.batch, s.features});
+  at::Tensor y = at::empty({s.batch, s.features});
+  zero3::fill_seeded(x, zero3::stream_base(s.seed, zero3::ValueStream::input, key), 1.0F);
+  zero3::fill_seeded(y, zero3::stream_base(s.seed, zero3::ValueStream::target, key), 1.0F);
   return {x, y};
 }
 

@@ -215,8 +215,9 @@ class DenseTwin {
   int64_t saved_micro_steps_ = 0;
 };
 
-// The micro-batch of `rank` for operation `index` of a scenario: a pure function, so both sides
-// see it.
+// The micro-batch of `rank` for operation `index` of a scenario: input and target from their
+// seeded streams (engine/seeded_values.h), a pure function, so both sides and the Python replay
+// see the same numbers.
 Batch batch_of(const Scenario& s, int64_t index, int rank);
 // The scenario's optimizer over `params` (its kind and learning rate; SGD's momentum 0.9).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::vector<at::Tensor> params);

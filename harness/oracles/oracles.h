@@ -18,6 +18,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <array>
 #include <map>
 #include <optional>
 #include <set>
@@ -50,6 +51,19 @@ Result attributes(const model::AttributeLedger& ledger, const char* invariant = 
 // I2: owners and residency of every parameter against the expectation.
 Result placement(const model::Expectation& expected, const std::vector<ObservedParam>& observed, int rank,
                  const std::string& target);
+
+// I9: what a rank holds, as a few digests the ranks exchange in one small collective after every
+// operation (run_ops). Only what must be the same on every rank goes in: a placed parameter's
+// residency and a shard's numbers differ by rank by design. A rank without a live engine
+// digests to zeros.
+inline constexpr size_t kAgreementFields = 7;
+using AgreementDigest = std::array<int64_t, kAgreementFields>;
+// The fields' names, in digest order: "live engine", "parameter list", "shapes", ...
+const std::array<const char*, kAgreementFields>& agreement_fields();
+AgreementDigest agreement_digest(const zero3::Engine* engine);
+// I9: every rank's digest equals rank 0's; otherwise the first field that differs and the ranks
+// whose value of it is not rank 0's (the violation's rank is the first of them).
+Result agreement(const std::vector<AgreementDigest>& by_rank, const std::string& target);
 
 // I4: shards and persistent parameters hold exactly what the spec says, measured from storage.
 Result memory(const model::Expectation& expected, const std::vector<ObservedParam>& observed,

@@ -1,4 +1,4 @@
-// The invariants a run checks, I1..I8: one table, part of the scenario language. The oracles
+// The invariants a run checks, I1..I9: one table, part of the scenario language. The oracles
 // implement them (harness/oracles), `--disable` names them, `zerocheck mutants` scores faults by
 // them, schema.json exports them to the Python replay, and a scenario's verdict cites them.
 //
@@ -27,7 +27,9 @@ namespace zerocheck {
         "consolidated state dict equals the dense twin's parameters")                              \
   X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
   X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
-        "collective kind; step and zero_grad move nothing")
+        "collective kind; step and zero_grad move nothing")                                       \
+  X(I9, "after every operation all ranks agree on the parameter list, shapes, partition sizes, "    \
+        "statuses, the step counters and the parameters they hold")
 
 struct InvariantRow {
   const char* name;

@@ -66,7 +66,7 @@ TEST(Cli, BenchReportsCostsAsJsonOnTheReferenceEngine) {
   EXPECT_GT(json["aten_calls_per_scenario"].get<double>(),
             json["without_per_op_checks"]["aten_calls_per_scenario"].get<double>());
   EXPECT_FALSE(json["top_aten_calls_per_scenario"].empty());
-  EXPECT_EQ(run_cli("bench --world 5").exit_code, 2);
+  EXPECT_EQ(run_cli("bench --world 9").exit_code, 2);
   EXPECT_EQ(run_cli("bench --max-nodes 0").exit_code, 2);
 }
 
@@ -198,13 +198,13 @@ TEST(Cli, MutantsAblationShowsEveryOracleNecessary) {
   const CliRun run = run_cli("mutants --ablate --json --time-per-fault 5 --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto json = nlohmann::json::parse(run.output);
-  for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"}) {
+  for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"}) {
     ASSERT_TRUE(json["necessary_for"].contains(invariant)) << invariant;
     EXPECT_FALSE(json["necessary_for"][invariant].empty()) << invariant << " catches nothing the others miss";
   }
   EXPECT_GE(json["matrix"].size(), 20u);
   for (const auto& row : json["matrix"])  // every cell says which oracle caught it, or that it survived
-    for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"})
+    for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"})
       EXPECT_TRUE(row[invariant].is_string() && row[invariant] != invariant) << row.dump();
 }
 
@@ -226,6 +226,24 @@ TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
     }
   }
   std::system(("rm -rf " + out).c_str());
+}
+
+// The dense twin's numbers after every operation (what twin_cross_check compares with the Python
+// twin): a forward's losses by rank and every parameter as float32 bits; a usage error without
+// --json or with the twin switched off.
+TEST(Cli, ReplayTwinNumbersGivesLossesByRankAndParametersAfterEveryOperation) {
+  const std::string file = std::string(ZEROCHECK_SOURCE_DIR) + "/harness/tests/scenarios/twin/mlp_sgd_world2.json";
+  const CliRun run = run_cli("replay " + file + " --json --twin-numbers");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto twin = nlohmann::json::parse(run.output)["twin"];
+  ASSERT_EQ(twin.size(), 14u);
+  EXPECT_EQ(twin[1]["op"], "forward");
+  EXPECT_EQ(twin[1]["losses"].size(), 2u);
+  EXPECT_TRUE(twin[2]["losses"].empty());
+  EXPECT_EQ(twin[3]["params"]["0.weight"].size(), 16u);  // features 4: a 4 x 4 weight
+  EXPECT_NE(twin[3]["params"]["0.weight"], twin[0]["params"]["0.weight"]) << "the step moved it";
+  EXPECT_EQ(run_cli("replay " + file + " --twin-numbers").exit_code, 2);
+  EXPECT_EQ(run_cli("replay " + file + " --json --twin-numbers --disable I3,I6,I8").exit_code, 2);
 }
 
 TEST(Cli, ReplayOfAMalformedScenarioExitsTwoNamingThePath) {

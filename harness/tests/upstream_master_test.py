@@ -7,8 +7,10 @@ Debian 13 lane (ci/lane-debian13). On the fixed-seed export plus a user who plac
 their own `ds_id`, at world 2: every scenario gets a verdict; the seed bug's experts keep `id`
 (fixed upstream: the module counter moved to `ds_id`); the user's `ds_id` on those experts is
 overwritten (I1), which is where the counter went; the zero-size parameter's failure is
-reported. Every signature is printed with its triage from harness/deepspeed/KNOWN_UPSTREAM.md,
-and one missing from it fails the test: a new upstream finding must be triaged.
+reported; I3, I4 and I9 check the numbers and partitions (an expert a route skips is stepped
+with its old gradient, I3). Every signature is printed with its triage from
+harness/deepspeed/KNOWN_UPSTREAM.md, and one missing from it fails the test: a new upstream
+finding must be triaged.
 Exit 77 (skipped) where the tree is absent or the Python's torch is older than 2.
 """
 
@@ -18,22 +20,8 @@ import shutil
 import subprocess
 import sys
 
-from upstream_support import SKIP, check, export, read, run, signatures, verdicts
-
-KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "deepspeed",
-                     "KNOWN_UPSTREAM.md")
-
-
-def triaged():
-    """Signature -> verdict from KNOWN_UPSTREAM.md's table (`signature` in backquotes)."""
-    table = {}
-    with open(KNOWN, encoding="utf-8") as f:
-        for line in f:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) >= 3 and cells[0].startswith("`"):
-                table[cells[0].strip("`")] = cells[1]
-    return table
-
+from upstream_support import (EXTRA, SKIP, check, check_numbers, export, read, run, signatures,
+                              triaged, verdicts)
 
 def main():
     zerocheck, python, tree, work = sys.argv[1:5]
@@ -53,7 +41,7 @@ def main():
     run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "60",
                     "--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", out], expect=1)
     found = verdicts(out)
-    check(sorted(found) == sorted(exported + ["ds_id_experts"]), "every scenario has a verdict")
+    check(sorted(found) == sorted(exported + EXTRA), "every scenario has a verdict")
     summary = read(os.path.join(out, "summary.json"))
     check(re.match(r"0\.(1[89]|[2-9]\d)", summary["adapter_version"] or "") is not None,
           f"DeepSpeed master imported ({summary['adapter_version']})")
@@ -67,6 +55,7 @@ def main():
     check(any(f["invariant"] == "op" and "NOT_AVAILABLE" in (f["exception"] or "")
               for f in zero["findings"]),
           "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion still reported on master")
+    check_numbers(summary, found, "master")
     table = triaged()
     untriaged = []
     for group in summary["signatures"]:

@@ -27,7 +27,8 @@ std::string number(double value) { return fmt::format("{:g}", value); }
 
 std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std::string& self) {
   std::vector<std::string> args{o.python, "-m", "zerocheck_ds", "suite", "--adapter", o.adapter,
-                                "--world", std::to_string(o.world_size), "--out", o.out_dir,
+                                "--world", std::to_string(o.world_size), "--stage", std::to_string(o.stage),
+                                "--out", o.out_dir,
                                 "--scenario-timeout", number(o.scenario_timeout),
                                 "--batch", std::to_string(o.batch), "--scenarios"};
   if (o.scenarios.empty()) {
@@ -38,6 +39,8 @@ std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std:
   if (!o.deepspeed_tree.empty()) args.insert(args.end(), {"--deepspeed-tree", o.deepspeed_tree});
   if (!o.baseline.empty()) args.insert(args.end(), {"--baseline", o.baseline});
   if (o.shrink) args.insert(args.end(), {"--shrink", "--shrink-seconds", number(o.shrink_seconds)});
+  if (!o.disable.empty()) args.insert(args.end(), {"--disable", o.disable});
+  if (o.ablate) args.push_back("--ablate");
   if (o.json) args.push_back("--json");
   // Report lines give the command that replays one minimal scenario with these settings.
   args.insert(args.end(), {"--replay-command", fmt::format("{} upstream --python {} --adapter {}", self,
@@ -47,6 +50,7 @@ std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std:
 
 int run_upstream(const UpstreamOptions& o) {
   if (o.world_size < 1 || o.world_size > 8) throw zero3::UsageError("--world must be in 1..8");
+  if (o.stage < 1 || o.stage > 3) throw zero3::UsageError("--stage must be 1, 2 or 3");
   if (!fs::exists(fs::path(runner_package_dir()) / "zerocheck_ds"))
     throw zero3::UsageError("the runner package is not at " + runner_package_dir() +
                             " (set ZEROCHECK_DEEPSPEED_DIR to harness/deepspeed)");

@@ -15,6 +15,9 @@ struct UpstreamOptions {
   int64_t cases = 10;
   uint64_t seed = 1;
   int world_size = 1;
+  int stage = 3;                        // the ZeRO stage the scenarios are replayed with
+  std::string disable;                  // of I3, I4, I9: invariants not to check ("I3,I9")
+  bool ablate = false;                  // replay again with each of I3, I4, I9 off in turn
   std::string out_dir = "zerocheck-out/upstream";
   std::vector<std::string> scenarios;  // given: replay these instead of exporting
   std::string deepspeed_tree;          // a DeepSpeed source tree instead of the installed one

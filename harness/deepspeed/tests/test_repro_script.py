@@ -17,7 +17,7 @@ from zerocheck_ds.repro_script import repro_script_text, write_repro_script
 
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]
-ALLOWED_IMPORTS = {"copy", "math", "os", "re", "socket", "sys", "torch", "deepspeed"}
+ALLOWED_IMPORTS = {"copy", "math", "os", "re", "socket", "struct", "sys", "torch", "deepspeed"}
 FAILED_LINE = re.compile(r"^FAILED (\S+) at (?:op (\d+)|build/teardown):", re.M)
 
 

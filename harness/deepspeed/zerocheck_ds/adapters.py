@@ -1,8 +1,10 @@
 """The engine interface the replay drives, and the two engines that need no DeepSpeed.
 
 Adapter is the whole surface a training engine must offer: initialize, forward, backward,
-step, zero_grad, release, version, and is_refusal (which exceptions mean "I refuse this
-initialize"). PassThroughAdapter is plain PyTorch and correct: every invariant holds.
+step, zero_grad, release, version, is_refusal (which exceptions mean "I refuse this
+initialize"), and for I3, I4 and I9 training (the rules its numbers follow, twin.py) and
+observe (what it holds, engine_state.py). PassThroughAdapter is plain PyTorch data parallelism
+and correct: every invariant holds.
 FaultyAdapter reproduces DeepSpeed 0.15.4 on purpose (it numbers every module `id` in pre-order
 with a process-global counter and accepts a repeated initialize) so the tests prove the oracles
 can fail. The DeepSpeed adapter lives in deepspeed_adapter.py and is imported only on request.
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import ADAPTER_NAMES
+from . import ADAPTER_NAMES, twin
+from .engine_state import EngineState, ParamState
 from .tree import run_module
 
 
@@ -66,6 +69,17 @@ class Adapter:
         """The engine lets go of the model; it is not used again."""
         raise NotImplementedError
 
+    def training(self, config, engine):
+        """The twin.Training rules `engine` trains by under `config`, or None when unknown."""
+        return None
+
+    def observe(self, engine):
+        """Returns what `engine` holds on this rank (EngineState).
+
+        Raises engine_state.StateUnavailable when it cannot be read (the reason is reported).
+        """
+        raise NotImplementedError
+
 
 @dataclass(eq=False)
 class PassThroughEngine:
@@ -74,7 +88,12 @@ class PassThroughEngine:
 
 
 class PassThroughAdapter(Adapter):
-    """Plain PyTorch: the engine is the model plus the optimizer. Refuses repeated initialize."""
+    """Plain PyTorch: the engine is the model plus the optimizer. Refuses repeated initialize.
+
+    On several ranks it is data parallel as torch's DistributedDataParallel is: each backward's
+    gradients are summed over the ranks (all_reduce) and divided by the world size, then added
+    to .grad; zero_grad sets them to None. The twin's TORCH rules.
+    """
 
     name = "passthrough"
 
@@ -107,7 +126,20 @@ class PassThroughAdapter(Adapter):
         return run_module(engine.module, x, route)
 
     def backward(self, engine, loss):
-        loss.backward()
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            loss.backward()
+            return
+        params = [p for p in engine.module.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(loss, params, allow_unused=True) if params else []
+        world = dist.get_world_size()
+        for p, g in zip(params, grads):
+            if g is None:
+                continue  # every rank runs the same route: no rank has one
+            dist.all_reduce(g)
+            g = g.div(world)
+            p.grad = g if p.grad is None else p.grad.add_(g)
 
     def step(self, engine):
         if engine.optimizer is not None:
@@ -115,12 +147,21 @@ class PassThroughAdapter(Adapter):
 
     def zero_grad(self, engine):
         if engine.optimizer is not None:
-            engine.optimizer.zero_grad()
+            engine.optimizer.zero_grad(set_to_none=True)
         else:
-            engine.module.zero_grad()
+            engine.module.zero_grad(set_to_none=True)
 
     def release(self, engine):
         self._live = [e for e in self._live if e is not engine]
+
+    def training(self, config, engine):
+        return twin.TORCH
+
+    def observe(self, engine):
+        return EngineState(layout="whole", stage=None, params=[
+            ParamState(name, tuple(p.shape), p.requires_grad, p.detach(),
+                       grad_numel=None if p.grad is None else p.grad.numel())
+            for name, p in engine.module.named_parameters()])
 
 
 def _number_modules_like_0_15_4(module, counter=[0]):  # noqa: B006 - the bug is this default

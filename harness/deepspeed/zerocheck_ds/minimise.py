@@ -14,7 +14,7 @@ import re
 import time
 
 from .outcomes import outcome_findings
-from .repro_script import write_repro_script
+from .repro_script import TARGET_INVARIANTS, write_repro_script
 from .shrink import shrink, size
 from .signatures import signature, slug
 
@@ -42,7 +42,7 @@ class _Trials:
         path = self.write(scenario, name)
         outcome, _ = self._supervisor.replay(name, path, scenario["world_size"])
         for finding in outcome_findings(outcome, self._run.args.scenario_timeout):
-            if signature(finding) == self._target:
+            if signature(finding, self._run.args.stage) == self._target:
                 self.finding = finding
                 return True
         return False
@@ -108,12 +108,17 @@ def minimise_all(supervisor, run):
         # The finding as the minimal scenario shows it (op index, path) is what the script checks.
         trials.still_fails(result.scenario)
         repro_path = os.path.join(args.out, "repro", f"{name}.py")
-        os.makedirs(os.path.dirname(repro_path), exist_ok=True)
-        write_repro_script(minimal_path, _repro_target(sig, trials.finding), repro_path)
+        if trials.finding["invariant"] in TARGET_INVARIANTS:
+            os.makedirs(os.path.dirname(repro_path), exist_ok=True)
+            write_repro_script(minimal_path, _repro_target(sig, trials.finding), repro_path,
+                               args.stage)
+            repro_command = script_command(args, supervisor.cwd, repro_path,
+                                           result.scenario["world_size"])
+        else:  # I3, I4, I9: the replay command reproduces it (the script needs the twin)
+            repro_path = repro_command = None
         run.minimal[sig] = {
             "scenario": minimal_path, "repro": repro_path, "reproducible": True,
-            "repro_command": script_command(args, supervisor.cwd, repro_path,
-                                            result.scenario["world_size"]),
+            "repro_command": repro_command,
             "before": size(original), "after": size(result.scenario),
             "attempts": trials.count, "seconds": round(time.monotonic() - started, 1),
             "stopped": result.stopped,

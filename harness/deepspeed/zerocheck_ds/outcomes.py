@@ -8,7 +8,7 @@ signal and the step each rank was in, so it is grouped, baselined and shrunk lik
 from dataclasses import asdict
 
 from .signatures import signature
-from .verdict import Finding, merge_ranks
+from .verdict import Finding, merge_ranks, merge_tallies
 
 
 def _step_text(step):
@@ -50,10 +50,17 @@ def skipped_of(outcome):
     return outcome.per_rank[0]["skipped"] if outcome.kind == "done" and outcome.per_rank else []
 
 
-def verdict(name, adapter, version, outcome, findings, skipped, notes=()):
-    """The verdict file's content; every finding carries its signature."""
+def checks_of(outcome):
+    """Rank 0's tally of I3, I4 and I9 checks (every rank makes the same ones)."""
+    if outcome.kind != "done" or not outcome.per_rank:
+        return {}
+    return merge_tallies([outcome.per_rank[0].get("checks", {})])
+
+
+def verdict(name, adapter, version, outcome, findings, skipped, notes=(), stage=None, checks=None):
+    """The verdict file's content; every finding carries its signature (and the stage in it)."""
     for f in findings:
-        f["signature"] = signature(f)
+        f["signature"] = signature(f, stage)
     kind = outcome.kind if outcome.kind != "done" else ("findings" if findings else "ok")
     return {
         "scenario": name,
@@ -65,6 +72,8 @@ def verdict(name, adapter, version, outcome, findings, skipped, notes=()):
         "findings": findings,
         "skipped": skipped,
         "notes": list(notes),
+        "stage": stage,
+        "checks": checks or {},
     }
 
 

@@ -184,8 +184,9 @@ class RankPool:
         except OSError:
             return ""
 
-    def run(self, name, path, timeout):
-        """Replays one scenario on every rank; returns its Outcome. Starts the ranks if needed."""
+    def run(self, name, path, timeout, disable=None):
+        """Replays one scenario on every rank (with the invariants `disable` lists switched off
+        instead of the worker's own --disable); returns its Outcome. Starts the ranks if needed."""
         if not self.running:
             self.start()
         self.scenarios_on_these_ranks += 1
@@ -194,7 +195,10 @@ class RankPool:
         for r in self._ranks:
             r.last_step = None
             try:
-                r.process.stdin.write((json.dumps({"name": name, "path": path}) + "\n").encode())
+                job = {"name": name, "path": path}
+                if disable is not None:
+                    job["disable"] = list(disable)
+                r.process.stdin.write((json.dumps(job) + "\n").encode())
                 r.process.stdin.flush()
             except BrokenPipeError:
                 pass  # it died; the loop below reports how
@@ -203,7 +207,8 @@ class RankPool:
             for rank, message in self._poll(deadline):
                 if message.get("done") == name:
                     results[rank] = {"findings": message["findings"],
-                                     "skipped": message["skipped"]}
+                                     "skipped": message["skipped"],
+                                     "checks": message.get("checks", {})}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

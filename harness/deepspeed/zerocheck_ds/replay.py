@@ -19,25 +19,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import oracles, schema
+from . import numerics, oracles, schema, seeded
 from .ledger import AttributeLedger, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
-from .verdict import Finding
-
-_MASK64 = (1 << 64) - 1
-
-
-def derive_seed(*parts):
-    """Returns a 63-bit seed mixing `parts` (splitmix64), so streams never overlap by accident."""
-    state = 0
-    for part in parts:
-        state = (state ^ (part & _MASK64)) + 0x9E3779B97F4A7C15 & _MASK64
-        z = state
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK64
-        state = z ^ (z >> 31)
-    return state & ((1 << 63) - 1)
-
+from .verdict import NEW_INVARIANTS, Finding
 
 @dataclass(eq=False)
 class LiveEngine:
@@ -50,6 +35,7 @@ class LiveEngine:
 class ReplayResult:
     findings: list = field(default_factory=list)  # [Finding]
     skipped: list = field(default_factory=list)  # [{"op_index", "op", "what", "reason"}]
+    checks: dict = field(default_factory=dict)  # I3/I4/I9: {"checked": n, "not_checked": {...}}
 
 
 # The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++
@@ -76,7 +62,12 @@ def trainable_parameters(module):
 
 
 class Replay:
-    def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None):
+    """One scenario on this rank. `exchange` (exchange.Exchange, made once per process by every
+    rank) turns on I3, I4 and I9, less the invariants in `disabled`; `stage` replays the scenario
+    with that ZeRO stage instead of its own."""
+
+    def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
+                 stage=None, disabled=()):
         self.scenario = scenario
         self.adapter = adapter
         self.rank = rank
@@ -92,6 +83,13 @@ class Replay:
         self._loss_engine = None
         self._backward_since_step = False
         self._config = copy.deepcopy(scenario.config)
+        if stage is not None:
+            self._config["zero_optimization"]["stage"] = stage
+        self.numerics = None
+        if exchange is not None and set(NEW_INVARIANTS) - set(disabled):
+            self.numerics = numerics.NumericChecks(
+                scenario, rank, world_size, exchange,
+                lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled)
         if world_size != scenario.world_size:
             self._skip(None, "", "world size",
                        f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -112,6 +110,8 @@ class Replay:
             if kind == "Expert":  # its Linear is part of the node, not a node of its own
                 self._node_kinds[f"{path}.linear" if path else "linear"] = kind
         self.root = built.root
+        if self.numerics is not None:
+            self.numerics.bind(self.root)
         self.ledger = AttributeLedger(built)
         for what, reason in self.ledger.apply_tree(self.scenario):
             self._skip(None, "", what, reason)
@@ -134,6 +134,8 @@ class Replay:
             self._check(index, op.op)
         self._observer(None, "teardown")
         self._teardown()
+        if self.numerics is not None:
+            self.result.checks = self.numerics.tally.to_json()
         return self.result
 
     # ---- operations ---------------------------------------------------------------------------
@@ -163,6 +165,11 @@ class Replay:
             if ok:
                 self._live.append(LiveEngine(engine, target, optimizer))
                 self._managed.add(target, optimizer)
+                if self.numerics is not None:
+                    self.numerics.initialized(op.target, op.optimizer, len(self._live),
+                                              self.adapter.training(self._config, engine))
+            elif self.numerics is not None:
+                self.numerics.stop("an initialize raised")
             return
 
         optimizers = [self.user_optimizer, optimizer] + [e.optimizer for e in self._live]
@@ -178,11 +185,15 @@ class Replay:
         changes = oracles.fingerprint_changes(before, oracles.fingerprint(self.root, optimizers))
         self._report(oracles.judge_repeated_initialize(self.adapter, index, why_refused,
                                                        exception, changes))
+        if self.numerics is not None:
+            self.numerics.repeated(accepted=exception is None,
+                                   clean=exception is not None and not changes
+                                   and self.adapter.is_refusal(exception))
         self._probe_training(index, refused=exception is not None)
 
     def _probe_training(self, index, refused):
         # A forward without gradients: proves the first engine still runs, changes no state.
-        x, _ = self._batch(index, stream=1)
+        x = self._probe_input(index)
         try:
             with torch.no_grad():
                 self._run_forward(x, RouteCursor([]))
@@ -192,7 +203,7 @@ class Replay:
             self._report([oracles.training_still_runs_finding(index, refused, e)])
 
     def _forward(self, index, op):
-        x, target = self._batch(index, stream=0)
+        x, target = self._batch(index)
         cursor = RouteCursor(op.route)
 
         def forward_and_loss():
@@ -201,10 +212,13 @@ class Replay:
 
         self._loss = None
         ok, loss = self._attempt(index, op.op, forward_and_loss)
+        root_engine = self._root_engine()
         if ok:
             self._loss = loss
-            root_engine = self._root_engine()
             self._loss_engine = root_engine or (self._live[0] if self._live else None)
+        if self.numerics is not None:
+            self.numerics.forward(index, op.route, loss if ok else None,
+                                  through_engine=root_engine is not None)
 
     def _run_forward(self, x, cursor):
         root_engine = self._root_engine()
@@ -221,11 +235,14 @@ class Replay:
             return self._skip(index, op.op, "backward", "no forward since the last backward")
         loss, live = self._loss, self._loss_engine
         self._loss = None
-        if live is not None and live in self._live:
+        through_engine = live is not None and live in self._live
+        if through_engine:
             ok, _ = self._attempt(index, op.op, lambda: self.adapter.backward(live.engine, loss))
         else:
             ok, _ = self._attempt(index, op.op, loss.backward)
         self._backward_since_step = self._backward_since_step or ok
+        if self.numerics is not None:
+            self.numerics.backward(index, ok, through_engine)
 
     def _step(self, index, op):
         if not self._live:
@@ -234,14 +251,20 @@ class Replay:
             return self._skip(index, op.op, "step", f"no backward since the last step: "
                                                     f"{self.adapter.name}'s step needs one")
         self._backward_since_step = False
+        ok = True
         for live in list(self._live):
-            self._attempt(index, op.op, lambda: self.adapter.step(live.engine))
+            ok = self._attempt(index, op.op, lambda: self.adapter.step(live.engine))[0] and ok
+        if self.numerics is not None:
+            self.numerics.step(index, ok)
 
     def _zero_grad(self, index, op):
         if not self._live:
             return self._skip(index, op.op, "zero_grad", "no engine")
+        ok = True
         for live in list(self._live):
-            self._attempt(index, op.op, lambda: self.adapter.zero_grad(live.engine))
+            ok = self._attempt(index, op.op, lambda: self.adapter.zero_grad(live.engine))[0] and ok
+        if self.numerics is not None:
+            self.numerics.zero_grad(index, ok)
 
     def _set_attr(self, index, op):
         self._user_write(index, op,
@@ -286,6 +309,8 @@ class Replay:
         self._accepted_repeats.clear()
         self._managed.clear()
         self._loss_engine = None
+        if self.numerics is not None:
+            self.numerics.released()
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -295,12 +320,14 @@ class Replay:
                 return live
         return None
 
-    def _batch(self, index, stream):
-        """Returns (input, target) for op `index` on this rank: pure functions of the seed."""
-        generator = torch.Generator()
-        generator.manual_seed(derive_seed(self.scenario.seed, index, self.rank, stream))
-        shape = (self.scenario.batch, self.scenario.features)
-        return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+    def _batch(self, index):
+        """Returns (input, target) for op `index` on this rank: seeded.py's, as the C++ side's."""
+        s = self.scenario
+        return seeded.micro_batch(s.seed, index, self.rank, s.batch, s.features)
+
+    def _probe_input(self, index):
+        s = self.scenario
+        return seeded.data(s.seed, "probe_input", index, self.rank, s.batch, s.features)
 
     def _attempt(self, index, op, action):
         """Runs `action`: returns (True, result), or (False, None) after reporting its error."""
@@ -318,11 +345,17 @@ class Replay:
     def _check(self, index, op):
         findings = oracles.check_user_attributes(self.ledger, index, op)
         findings += self.placement.check(index, op)
+        if self.numerics is not None:
+            engines = self._live + [LiveEngine(e, None, None) for e in self._accepted_repeats]
+            findings += self.numerics.check(index, op, engines, self.adapter)
         fresh = []
         for finding in findings:
             # A clobbered attribute stays clobbered; report it when it first appears (or changes).
-            key = (finding.invariant, finding.module_path, finding.param, finding.attribute,
-                   repr(finding.expected), repr(finding.actual))
+            # A parameter that left the twin's trajectory stays off it: its first divergence (and
+            # a partition rule's or a disagreement's first break) is the finding.
+            key = (finding.invariant, finding.module_path, finding.param, finding.attribute)
+            if finding.invariant not in NEW_INVARIANTS:
+                key += (repr(finding.expected), repr(finding.actual))
             if key not in self._reported:
                 self._reported.add(key)
                 fresh.append(finding)

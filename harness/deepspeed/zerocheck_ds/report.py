@@ -7,6 +7,7 @@ import time
 from collections import Counter
 
 from . import baseline as baseline_module
+from .verdict import merge_tallies
 
 SUMMARY_FORMAT = "zerocheck-upstream-summary/1"
 _SCREEN_SIGNATURES = 15
@@ -27,6 +28,7 @@ class Run:
         self.interrupted = False
         self.baseline = None
         self.minimal = {}  # signature -> what minimise.py produced
+        self.ablation = {}  # --ablate: scenario -> {invariant off: invariants left, or "survives"}
 
     def add(self, result):
         self.verdicts.append(result)
@@ -57,6 +59,7 @@ class Run:
     def replay_command(self, scenario_file, out):
         a = self.args
         tree = f" --deepspeed-tree {a.deepspeed_tree}" if a.deepspeed_tree else ""
+        tree += f" --stage {a.stage}" if a.stage != 3 else ""
         if a.replay_command:
             return f"{a.replay_command} --world {a.world}{tree} --scenarios {scenario_file} --out {out}"
         return (f"PYTHONPATH={os.path.dirname(os.path.dirname(os.path.abspath(__file__)))} "
@@ -87,6 +90,10 @@ class Run:
             "adapter_version": self.version,
             "deepspeed_tree": self.args.deepspeed_tree,
             "world_size": self.args.world,
+            "stage": self.args.stage,
+            # I3, I4, I9: checks made, and not made by reason, over every scenario.
+            "disabled": list(self.args.disabled),
+            "checks": merge_tallies(v.get("checks") for v in self.verdicts),
             "scenarios_run": len(self.verdicts),
             "interrupted": self.interrupted,
             "outcomes": dict(self.outcomes()),
@@ -100,7 +107,17 @@ class Run:
                            "signatures": sorted({f["signature"] for f in v["findings"]})}
                           for v in self.verdicts],
             "baseline": self.baseline,
+            "ablation": _ablation(self.ablation) if self.args.ablate else None,
         }
+
+
+def _ablation(rows):
+    """The --ablate matrix and, per invariant, the caught scenarios that survive without it."""
+    offs = sorted({off for row in rows.values() for off in row if off != "all"})
+    return {"matrix": rows,
+            "necessary_for": {off: sorted(n for n, row in rows.items()
+                                          if row["all"] != "none" and row.get(off) == "survives")
+                              for off in offs}}
 
 
 def _brief(verdict):
@@ -120,12 +137,14 @@ def screen(run):
     """One screen: totals, the signatures, crashes and hangs, the baseline, where files are."""
     s = run.summary()
     outcomes = ", ".join(f"{n} {k}" for k, n in sorted(s["outcomes"].items()))
-    lines = [f"zerocheck upstream: {s['adapter']} {s['adapter_version']}, world {s['world_size']}: "
+    lines = [f"zerocheck upstream: {s['adapter']} {s['adapter_version']}, world {s['world_size']}, "
+             f"ZeRO stage {s['stage']}: "
              f"{s['scenarios_run']} scenario(s) in {s['seconds']:.0f} s "
              f"({s['scenarios_per_minute'] or 0:.1f}/min, {s['rank_starts']} rank start(s)): "
              f"{outcomes or 'none'}"]
     if s["interrupted"]:
         lines.append("INTERRUPTED: the verdicts above are all there is")
+    lines += _checks_lines(s, limit=3)
     lines.append(f"{len(s['signatures'])} distinct finding signature(s):")
     for g in s["signatures"][:_SCREEN_SIGNATURES]:
         shrunk = ""
@@ -145,14 +164,32 @@ def screen(run):
     return lines
 
 
+def _checks_lines(s, limit=None):
+    """One line per new invariant: checks made and the commonest reasons a check was not made."""
+    lines = []
+    for inv, entry in s["checks"].items():
+        if inv in s["disabled"]:
+            lines.append(f"{inv}: switched off (--disable)")
+            continue
+        skipped = sorted(entry["not_checked"].items(), key=lambda kv: -kv[1])
+        shown = skipped[:limit] if limit else skipped
+        why = "; ".join(f"{n}x {reason}" for reason, n in shown)
+        more = f"; ... {len(skipped) - len(shown)} more reasons" if len(shown) < len(skipped) else ""
+        lines.append(f"{inv}: {entry['checked']} checks made"
+                     + (f", {sum(entry['not_checked'].values())} not made: {why}{more}" if skipped else ""))
+    return lines
+
+
 def write_markdown(path, run):
     s = run.summary()
     out = [f"# zerocheck upstream report: {s['adapter']} {s['adapter_version']}", "",
-           f"- world size {s['world_size']}, DeepSpeed tree: {s['deepspeed_tree'] or 'installed'}",
+           f"- world size {s['world_size']}, ZeRO stage {s['stage']}, DeepSpeed tree: "
+           f"{s['deepspeed_tree'] or 'installed'}",
            f"- {s['scenarios_run']} scenario(s) in {s['seconds']} s "
            f"({s['scenarios_per_minute']} per minute, {s['rank_starts']} rank start(s))",
            f"- outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(s["outcomes"].items())),
-           f"- interrupted: {s['interrupted']}", "", "## Findings by signature", ""]
+           f"- interrupted: {s['interrupted']}", "", "## Checks of I3, I4, I9", ""]
+    out += [f"- {line}" for line in _checks_lines(s)] + ["", "## Findings by signature", ""]
     if not s["signatures"]:
         out.append("None: every invariant held.")
     for g in s["signatures"]:
@@ -168,6 +205,9 @@ def write_markdown(path, run):
             out.append(f"- minimal scenario: `{m['scenario']}` ({m['before']['ops']} -> "
                        f"{m['after']['ops']} ops, {m['before']['modules']} -> "
                        f"{m['after']['modules']} modules, {m['seconds']} s, {m['stopped']})")
+            if not m.get("repro"):
+                out.append("- no standalone script: an I3, I4 or I9 finding needs the dense twin "
+                           "(the replay below reproduces it)")
             if m.get("repro"):
                 out.append(f"- standalone script: `{m['repro']}`; run it: `{m['repro_command']}` "
                            f"(`--plain`: the same steps on plain PyTorch, must not reproduce)")

@@ -9,7 +9,7 @@ target shows, else `NOT REPRODUCED <signature>` and exit 0; `--plain` runs the s
 pass-through engine (plain PyTorch), which must not reproduce.
 
 One source of truth: the model classes, the data seeding and the I5 fingerprint are copied into
-the script from tree.py, replay.py and oracles.py with inspect.getsource, so the script builds
+the script from seeded.py, tree.py, replay.py and oracles.py with inspect.getsource, so the script builds
 the same model, feeds the same numbers and compares the same state as the replay. Which user
 writes are skipped as not representable is decided here with the replay's own rule
 (collisions.PristineNames over a freshly built tree), and written into the script as comments.
@@ -20,18 +20,21 @@ delete finds anything. Differences from the replay: a repeated initialize must r
 that deepspeed_adapter.is_refusal accepts (the same rule, embedded); a path that did not exist at generation time is skipped without looking again.
 """
 
+import copy
 import inspect
 import os
 import textwrap
 
-from . import oracles, replay, schema, tree
+from . import oracles, replay, schema, seeded, tree
 from .collisions import PristineNames
-from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES
+from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES, deepspeed_config
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .scenario import TensorLiteral, load_scenario
-from .verdict import CHECKED_INVARIANTS, FAILURES
+from .verdict import FAILURES
 
-TARGET_INVARIANTS = CHECKED_INVARIANTS + FAILURES
+# The script checks what needs no dense twin; I3, I4 and I9 findings get a minimal scenario
+# and a replay command, their standalone script comes with the twin as its runtime (issue 28).
+TARGET_INVARIANTS = schema.some("invariants", "I1", "I2", "I5") + FAILURES
 REFUSAL_TEXT = "already been initialized"
 
 # What each target invariant means to someone who has never heard of zerocheck.
@@ -60,8 +63,9 @@ _WRITE_OPS = schema.some("ops", "set_attr", "del_attr")
 _BATCH_OPS = schema.some("ops", "initialize", "forward")  # need the seeded batches
 
 
-def repro_script_text(scenario_path, target, script_name="repro.py"):
-    """Returns the text of a standalone script reproducing `target` from the scenario file.
+def repro_script_text(scenario_path, target, script_name="repro.py", stage=3):
+    """Returns the text of a standalone script reproducing `target` from the scenario file,
+    replayed with ZeRO `stage` (the suite's --stage).
 
     `target`: {"signature", "invariant", "op_index", "op", "module_path", "param", "attribute",
     "exception_type"} (only "signature" and "invariant" are required). Raises ScenarioError for a
@@ -71,9 +75,10 @@ def repro_script_text(scenario_path, target, script_name="repro.py"):
     plan = _Plan(load_scenario(scenario_path))
     sections = [
         _header(plan, target, script_name),
-        _settings(plan, target),
+        _settings(plan, target, stage),
         _ENGINE,
         _model_classes(plan),
+        _seeded_values(),
         _CHECKS + _PLACEMENT_CHECKS.get(plan.placement.kind, ""),
         _operation_helpers(plan),
         _build(plan),
@@ -83,9 +88,9 @@ def repro_script_text(scenario_path, target, script_name="repro.py"):
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
-def write_repro_script(scenario_path, target, out_path):
+def write_repro_script(scenario_path, target, out_path, stage=3):
     """Writes repro_script_text(...) to `out_path`, executable (0755). Raises as it does."""
-    text = repro_script_text(scenario_path, target, os.path.basename(out_path))
+    text = repro_script_text(scenario_path, target, os.path.basename(out_path), stage)
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(text)
     os.chmod(out_path, 0o755)
@@ -252,9 +257,13 @@ def _config_lines(config, indent):
     return lines
 
 
-def _settings(plan, target):
+def _settings(plan, target, stage):
     s = plan.scenario
-    config = "\n".join(_config_lines(s.config, "    "))
+    config = copy.deepcopy(s.config)
+    config["zero_optimization"]["stage"] = stage
+    # What deepspeed_adapter.deepspeed_config adds, each key with its reason.
+    added = deepspeed_config({})
+    config = "\n".join(_config_lines(config, "    "))
     return f'''if sys.argv[1:] not in ([], ["--plain"]):
     print(f"usage: {{sys.argv[0]}} [--plain]", file=sys.stderr)
     sys.exit(2)
@@ -264,10 +273,12 @@ WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 SIGNATURE = {target["signature"]!r}
 SCENARIO_WORLD_SIZE = {s.world_size}  # placement (I2) uses it whatever the real world size
 SEED, FEATURES, BATCH = {s.seed}, {s.features}, {s.batch}
-CONFIG = {{
+CONFIG = {{  # ZeRO stage {stage}{" (the scenario's is 3)" if stage != 3 else ""}
 {config}
     # ZeRO takes an optimizer it has not tested (SGD) only with this; it changes nothing else.
-    'zero_allow_untested_optimizer': True,
+    'zero_allow_untested_optimizer': {added["zero_allow_untested_optimizer"]!r},
+    # No clipping (master's default is 1.0), as in the replay.
+    'gradient_clipping': {added["gradient_clipping"]!r},
 }}
 if WORLD_SIZE != SCENARIO_WORLD_SIZE:
     CONFIG.pop("train_batch_size", None)  # sized for the scenario's world size'''
@@ -339,6 +350,14 @@ else:
                             ("MASTER_ADDR", "127.0.0.1")):
             os.environ.setdefault(name, value)
 '''
+
+
+def _seeded_values():
+    # seeded.py is standard library plus torch: its code is the script's, docstring aside.
+    source = inspect.getsource(seeded)
+    body = source[source.index('"""', 3) + 3:].strip("\n")
+    return "\n".join([_rule("the numbers: seeded values of parameters and data (as in zerocheck)"),
+                      body])
 
 
 def _model_classes(plan):
@@ -517,18 +536,14 @@ def root_engine():
 '''
 
 _SEEDED_BATCH = '''
-_MASK64 = (1 << 64) - 1
+def batch(op_index):
+    """(input, target) of an op on this rank: the seeded values, as in the replay."""
+    return micro_batch(SEED, op_index, RANK, BATCH, FEATURES)
 
 
-{derive_seed}
-
-
-def batch(op_index, stream):
-    """(input, target) of an op on this rank: pure functions of the seed, as in the replay."""
-    generator = torch.Generator()
-    generator.manual_seed(derive_seed(SEED, op_index, RANK, stream))
-    return (torch.randn((BATCH, FEATURES), generator=generator),
-            torch.randn((BATCH, FEATURES), generator=generator))
+def probe_input(op_index):
+    """The input of the no-gradient forward that checks training still runs."""
+    return data(SEED, "probe_input", op_index, RANK, BATCH, FEATURES)
 
 
 def run_forward(x, route):
@@ -598,7 +613,7 @@ def initialize(op_index, target, optimizer):
              f"the {{state}} repeated initialize changed {{len(changes)}} thing(s) in the model "
              f"or optimizers, e.g. {{changes[0]}}")
     # Training must still run: a forward without gradients changes no state.
-    x, _ = batch(op_index, stream=1)
+    x = probe_input(op_index)
     try:
         with torch.no_grad():
             run_forward(x, RouteCursor([]))
@@ -626,7 +641,7 @@ _OPERATIONS = schema.some("ops", {
 def forward(op_index, route):
     """A training forward, and its mse loss against a fixed random target."""
     global loss, loss_engine
-    x, y = batch(op_index, stream=0)
+    x, y = batch(op_index)
     loss = None
     try:
         out = run_forward(x, RouteCursor(route))
@@ -695,7 +710,6 @@ def _operation_helpers(plan):
     parts = [_STATE]
     if used.intersection(_BATCH_OPS):
         parts.append(_SEEDED_BATCH.format(
-            derive_seed=inspect.getsource(replay.derive_seed).strip("\n"),
             route_args="x, route" if plan.root_takes_route else "x"))
     if "initialize" in used:
         parts.append(_INITIALIZE.format(
@@ -738,10 +752,7 @@ def _build(plan):
         lines.append(f"n{index} = {_constructor(plan, node)}")
         lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
     lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
-    lines += ["model = n0", "generator = torch.Generator()", "generator.manual_seed(SEED)",
-              "bound = 1.0 / math.sqrt(FEATURES)", "with torch.no_grad():",
-              "    for param in model.parameters():",
-              "        param.uniform_(-bound, bound, generator=generator)", "",
+    lines += ["model = n0", "fill_parameters(model, SEED)  # the seeded values of each parameter's path", "",
               "# The user's attributes, and what the user expects to read back: user_attrs[module "
               "path,", "# parameter name or \"\", attribute name]."]
     lines.append("user_attrs = {}")

@@ -29,7 +29,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Replay zerocheck scenarios on an upstream ZeRO-3 engine and check the "
-                    "invariants I1 (user attributes), I2 (placement), I5 (repeated initialize).",
+                    "invariants I1 (user attributes), I2 (placement), I3 (numbers against a dense "
+                    "twin), I4 (partitions), I5 (repeated initialize), I9 (ranks agree).",
         epilog="exit codes: 0 all invariants held, 1 a finding, 2 bad usage or input")
     parser.add_argument("--scenarios", nargs="+", required=True, metavar="PATH",
                         help="scenario files, or directories whose *.json files are scenarios")
@@ -37,6 +38,8 @@ def parse_args(argv):
                         help="where <scenario>.verdict.json and summary.json are written")
     parser.add_argument("--adapter", choices=ADAPTER_NAMES, default="deepspeed",
                         help="engine under test (default: deepspeed)")
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None,
+                        help="replay with this ZeRO stage instead of the scenarios' (3)")
     return parser.parse_args(argv)
 
 
@@ -94,17 +97,19 @@ def main(argv=None):
 
     try:
         world_module.start(world, adapter.needs_process_group(world.world_size))
+        from .exchange import Exchange
+        exchange = Exchange(world.rank, world.world_size)
     except Exception as e:
         print(f"{PROG}: error: cannot start torch.distributed: {type(e).__name__}: {e}",
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _run_all(args, scenarios, adapter, world, world_module)
+        return _run_all(args, scenarios, adapter, world, world_module, exchange)
     finally:
         world_module.stop(world)
 
 
-def _run_all(args, scenarios, adapter, world, world_module):
+def _run_all(args, scenarios, adapter, world, world_module, exchange):
     from .replay import Replay
     from .verdict import Finding, merge_ranks, summary_json, verdict_json, write_json
 
@@ -116,14 +121,15 @@ def _run_all(args, scenarios, adapter, world, world_module):
               f"{len(scenarios)} scenario(s)")
     per_scenario = []
     for scenario in scenarios:
-        result = _replay(Replay, scenario, adapter, world)
+        result = _replay(Replay, scenario, adapter, world, exchange, args.stage)
         gathered = world_module.gather(world, [vars(f) for f in result.findings])
         findings = merge_ranks(gathered) if world.world_size > 1 else [
             Finding(**dict(vars(f), ranks=[world.rank])) for f in result.findings]
         per_scenario.append((scenario.name, findings))
         if lead:
             write_json(os.path.join(args.out, f"{scenario.name}.verdict.json"),
-                       verdict_json(scenario.name, adapter.name, version, findings, result.skipped))
+                       verdict_json(scenario.name, adapter.name, version, findings, result.skipped,
+                                    result.checks))
             _print_scenario(scenario, findings, result.skipped)
     total = sum(len(f) for _, f in per_scenario)
     if lead:
@@ -133,13 +139,14 @@ def _run_all(args, scenarios, adapter, world, world_module):
     return EXIT_FINDING if total else EXIT_OK
 
 
-def _replay(replay_class, scenario, adapter, world):
+def _replay(replay_class, scenario, adapter, world, exchange, stage):
     """Returns the replay's result; a failure of the replay itself is a finding, not a crash."""
     from .replay import ReplayResult
     from .verdict import Finding
 
     try:
-        return replay_class(scenario, adapter, world.rank, world.world_size).run()
+        return replay_class(scenario, adapter, world.rank, world.world_size, exchange=exchange,
+                            stage=stage).run()
     except Exception as e:
         return ReplayResult(findings=[Finding(
             invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),

@@ -67,6 +67,7 @@ ZEROCHECK_SECTION_KEYS = tuple(RAW["config_keys"]["zerocheck"])
 ATTRIBUTE_NAME_MAX_BYTES = RAW["attribute_name_max_bytes"]
 
 INVARIANTS = tuple(row["name"] for row in RAW["invariants"])
+INVARIANT_STATEMENTS = {row["name"]: row["doc"] for row in RAW["invariants"]}
 ERROR_KINDS = tuple(row["name"] for row in RAW["error_kinds"])
 
 # The name lists a module may take a subset of (some) or key a dispatch table by (every).

@@ -3,7 +3,9 @@
 A signature is built from what identifies a bug, never from what varies between runs: the
 invariant, the operation kind, the attribute name (and whether it sat on a module or a
 parameter), the node kind, and for exceptions the type with a normalised message (numbers,
-addresses, paths and quoted values replaced by placeholders). Scenario names, op indices,
+addresses, paths and quoted values replaced by placeholders); for I3 what differs (a loss, a
+parameter's value), for I4 the partition rule, for I9 the field the ranks disagree on; and the
+ZeRO stage when the run replaced the scenarios' stage 3 (`--stage 1`: "... [ZeRO stage 1]"). Scenario names, op indices,
 module paths, ranks and values are left out: the same bug found in two scenarios, or in two
 DeepSpeed versions whose messages differ only in a line number, has one signature.
 """
@@ -37,8 +39,14 @@ def normalise_exception(text):
     return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE] + "…"
 
 
-def signature(finding):
-    """Returns the signature of a finding (a dict as verdict files hold them)."""
+def signature(finding, stage=None):
+    """Returns the signature of a finding (a dict as verdict files hold them) in a run of `stage`
+    (None or 3: the scenarios' own)."""
+    text = _signature(finding)
+    return text if stage in (None, 3) else f"{text} [ZeRO stage {stage}]"
+
+
+def _signature(finding):
     invariant = finding.get("invariant", "")
     op = finding.get("op") or "build"
     kind = finding.get("node_kind")
@@ -62,6 +70,12 @@ def signature(finding):
         if finding.get("actual") == "accepted":
             return f"I5 {op}: repeated initialize accepted"
         return f"I5 {op}: repeated initialize changed the model or optimizers"
+    if invariant == "I3":
+        return f"I3 {op}: {attribute} differs from the dense twin{where}"
+    if invariant == "I4":
+        return f"I4 {op}: {attribute}{where}"
+    if invariant == "I9":
+        return f"I9 {op}: ranks disagree on {attribute}" + (f" ({exception})" if exception else "")
     return f"{invariant} {op}: {exception or finding.get('message', '')}"
 
 

@@ -19,10 +19,10 @@ import signal
 import sys
 
 from . import ADAPTER_NAMES, baseline as baseline_module, deepspeed_tree, report
-from .outcomes import outcome_findings, raising_steps, skipped_of, verdict
+from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
-from .verdict import write_json
+from .verdict import NEW_INVARIANTS, write_json
 
 PROG = "zerocheck_ds suite"
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -40,6 +40,15 @@ def parse_args(argv):
     p.add_argument("--out", required=True, metavar="DIR", help="verdicts, logs, report")
     p.add_argument("--adapter", choices=ADAPTER_NAMES, default="deepspeed")
     p.add_argument("--world", type=int, default=1, help="ranks (processes on loopback), 1..8")
+    p.add_argument("--stage", type=int, choices=(1, 2, 3), default=3,
+                   help="the ZeRO stage to replay the scenarios with (default 3, the scenarios' own)")
+    p.add_argument("--disable", default="", metavar="I3,I4,I9",
+                   help="invariants not to check (of I3, I4, I9: they cost a dense twin and two "
+                        "collectives per operation)")
+    p.add_argument("--ablate", action="store_true",
+                   help="replay every scenario again with each of I3, I4, I9 switched off in "
+                        "turn: which scenarios only that invariant catches (summary.json "
+                        "\"ablation\")")
     p.add_argument("--deepspeed-tree", metavar="DIR",
                    help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
                         "default: the DeepSpeed installed for this Python")
@@ -63,6 +72,10 @@ def parse_args(argv):
         p.error("--world must be in 1..8")
     if args.batch < 1 or args.scenario_timeout <= 0 or args.shrink_seconds <= 0:
         p.error("--batch, --scenario-timeout and --shrink-seconds must be positive")
+    args.disabled = tuple(filter(None, args.disable.split(",")))
+    for name in args.disabled:
+        if name not in NEW_INVARIANTS:
+            p.error(f"--disable {name}: only {', '.join(NEW_INVARIANTS)} can be switched off")
     return args
 
 
@@ -72,7 +85,11 @@ class Supervisor:
     def __init__(self, args, env, cwd, log):
         self._args, self._env, self.cwd, self.log = args, env, cwd, log
         self._pools = {}
-        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter]
+        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter,
+                   "--collective-timeout", f"{args.scenario_timeout:g}",
+                   "--disable", ",".join(args.disabled)]
+        if args.stage != 3:
+            command += ["--stage", str(args.stage)]
         self._command = command
         self.version = None
 
@@ -84,19 +101,20 @@ class Supervisor:
                                                logs)
         return self._pools[world_size]
 
-    def replay(self, name, path, world_size):
-        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones."""
+    def replay(self, name, path, world_size, disable=None):
+        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones.
+        `disable` replaces --disable for this replay."""
         pool = self.pool(world_size)
         if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
             pool.stop(grace=5)
         reused = pool.running
-        outcome = pool.run(name, path, self._args.scenario_timeout)
+        outcome = pool.run(name, path, self._args.scenario_timeout, disable)
         self.version = self.version or pool.version
         notes = []
         if outcome.kind in ("crash", "hang") and reused:
             # The previous scenario may have left the ranks broken: judge this one alone.
             first = outcome
-            outcome = pool.run(name, path, self._args.scenario_timeout)
+            outcome = pool.run(name, path, self._args.scenario_timeout, disable)
             notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
                          f"rerun on fresh ranks: {outcome.kind}")
         if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
@@ -205,11 +223,29 @@ def _replay_all(supervisor, scenarios, run):
             outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
         findings = outcome_findings(outcome, args.scenario_timeout)
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes)
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome))
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))
+        if args.ablate:
+            caught = sorted({f["invariant"] for f in findings})
+            run.ablation[scenario.name] = {"all": caught or "none",
+                                           **_ablate(supervisor, scenario.name, path, args)}
     return None
+
+
+def _ablate(supervisor, name, path, args):
+    """{invariant switched off: the invariants that still catch the scenario, or "survives"}: a
+    real replay for each, on the same ranks."""
+    row = {}
+    for off in NEW_INVARIANTS:
+        if off in args.disabled:
+            continue
+        outcome, _ = supervisor.replay(f"{name}~without-{off}", os.path.abspath(path), args.world,
+                                       disable=sorted(set(args.disabled) | {off}))
+        caught = sorted({f["invariant"] for f in outcome_findings(outcome, args.scenario_timeout)})
+        row[off] = caught or "survives"
+    return row
 
 
 def _start_failure(error):

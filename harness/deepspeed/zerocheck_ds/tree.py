@@ -4,19 +4,20 @@ Every module maps `features` -> `features`. Children of Sequential/ModuleList ar
 "0", "1", ...; an MoE's experts as "experts.0", ...; an Expert's Linear as "linear", so module
 paths are LibTorch's (SCENARIO_FORMAT.md). A node listed twice is one module object registered
 at two places (tied weights); its canonical path is where named_modules() meets it first, i.e.
-pre-order first appearance. Parameters come from a generator seeded with the scenario seed, so
-every rank builds the same model.
+pre-order first appearance. Parameter values are seeded.py's, from the scenario seed and each
+parameter's path: the same bits on every rank, in the C++ harness and in every torch version.
 
 The route reaches MoE layers as an explicit argument (a RouteCursor) passed down by the
 containers, so no hidden state sits on the user's modules and an engine that forwards
 `engine(x, route)` to its module delivers it unchanged.
 """
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from . import seeded
 
 
 class RouteCursor:
@@ -168,12 +169,7 @@ def build_tree(scenario):
             nodes[index].get_parameter(name).requires_grad_(False)
     root = nodes[0]
 
-    generator = torch.Generator()
-    generator.manual_seed(scenario.seed)
-    bound = 1.0 / math.sqrt(scenario.features)
-    with torch.no_grad():
-        for _, param in root.named_parameters():
-            param.uniform_(-bound, bound, generator=generator)
+    seeded.fill_parameters(root, scenario.seed)
 
     module_paths = {id(m): path for path, m in root.named_modules()}
     param_names = {id(p): name for name, p in root.named_parameters()}

@@ -7,14 +7,49 @@ several ranks is one entry listing its ranks.
 
 import json
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from . import schema
 
-# The invariants an upstream replay checks (of the schema's I1..I8), and the other ways a
-# replay fails: an operation raised, a rank process died or hung.
-CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I5")
+# The invariants an upstream replay checks (the schema's, and I9: schema.UPSTREAM_ONLY_INVARIANTS),
+# and the other ways a replay fails: an operation raised, a rank process died or hung.
+CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I3", "I4", "I5", "I9")
 FAILURES = ("op", "crash", "hang")
+# The invariants numerics.py checks, each check counted as made or not made (with the reason).
+NEW_INVARIANTS = schema.some("invariants", "I3", "I4", "I9")
+
+
+@dataclass
+class Tally:
+    """Per invariant: checks made, and checks not made by reason."""
+
+    checked: Counter = field(default_factory=Counter)
+    not_checked: dict = field(default_factory=dict)  # invariant -> Counter(reason)
+
+    def done(self, invariant):
+        self.checked[invariant] += 1
+
+    def skip(self, invariant, reason):
+        self.not_checked.setdefault(invariant, Counter())[reason] += 1
+
+    def to_json(self):
+        return {inv: {"checked": self.checked[inv],
+                      "not_checked": dict(self.not_checked.get(inv, Counter()))}
+                for inv in NEW_INVARIANTS}
+
+
+def merge_tallies(tallies):
+    """Sums tally dicts ({"I3": {"checked": n, "not_checked": {reason: n}}}) over scenarios."""
+    total = {inv: {"checked": 0, "not_checked": Counter()} for inv in NEW_INVARIANTS}
+    for tally in tallies:
+        for inv, entry in (tally or {}).items():
+            if inv not in total:
+                continue
+            total[inv]["checked"] += entry.get("checked", 0)
+            total[inv]["not_checked"].update(entry.get("not_checked", {}))
+    return {inv: {"checked": e["checked"], "not_checked": dict(e["not_checked"].most_common())}
+            for inv, e in total.items()}
 
 
 @dataclass
@@ -70,7 +105,7 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
-def verdict_json(scenario_name, adapter_name, adapter_version, findings, skipped):
+def verdict_json(scenario_name, adapter_name, adapter_version, findings, skipped, checks=None):
     return {
         "scenario": scenario_name,
         "adapter": adapter_name,
@@ -78,6 +113,7 @@ def verdict_json(scenario_name, adapter_name, adapter_version, findings, skipped
         "ok": not findings,
         "findings": [asdict(f) for f in findings],
         "skipped": skipped,
+        "checks": checks or {},
     }
 
 

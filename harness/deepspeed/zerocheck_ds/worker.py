@@ -10,11 +10,16 @@ share):
     {"ready": true, "version": "...", "pid": N}     joined the group, waiting for work
     {"error": "..."}                                could not start (the process then exits 2)
     {"at": NAME, "op_index": I, "op": "forward"}    heartbeat: about to run this step
-    {"done": NAME, "findings": [...], "skipped": [...]}
+    {"done": NAME, "findings": [...], "skipped": [...], "checks": {...}}
+
+A job is {"name": NAME, "path": SCENARIO} and may carry "disable": [invariants], which replaces
+--disable for that scenario (the suite's --ablate).
 
 ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
 survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
-first operation.
+first operation. ZEROCHECK_DS_PLANT (tests only) "SCENARIO:FAULT,..." sets ZEROCHECK_PLANTED_FAULT
+to FAULT while that scenario (its file's name) replays, for a DeepSpeed copy patched with switchable faults
+(harness/tests/upstream_faults_test.py).
 """
 
 import argparse
@@ -30,6 +35,8 @@ from .scenario import load_scenario
 
 REPLY_FD_VARIABLE = "ZEROCHECK_DS_REPLY_FD"
 INJECT_VARIABLE = "ZEROCHECK_DS_INJECT"
+PLANT_VARIABLE = "ZEROCHECK_DS_PLANT"
+PLANTED_FAULT_VARIABLE = "ZEROCHECK_PLANTED_FAULT"
 
 
 class _Replies:
@@ -51,6 +58,16 @@ def _injection(rank):
     return planted
 
 
+def _plants():
+    """{scenario name: fault name} planted for the patched DeepSpeed (every rank alike)."""
+    plants = {}
+    for item in filter(None, os.environ.get(PLANT_VARIABLE, "").split(",")):
+        name, _, fault = item.rpartition(":")
+        if name and fault:
+            plants[name] = fault
+    return plants
+
+
 def _observer(replies, name, planted):
     def observe(index, op):
         replies.send(at=name, op_index=index, op=op)
@@ -65,7 +82,11 @@ def _observer(replies, name, planted):
 def main(argv):
     parser = argparse.ArgumentParser(prog="zerocheck_ds worker")
     parser.add_argument("--adapter", choices=ADAPTER_NAMES, required=True)
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None)
+    parser.add_argument("--disable", default="", help="invariants not to check, e.g. I3,I9")
+    parser.add_argument("--collective-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
+    disabled = tuple(filter(None, args.disable.split(",")))
     replies = _Replies(int(os.environ[REPLY_FD_VARIABLE]))
 
     from . import world as world_module
@@ -73,7 +94,10 @@ def main(argv):
     try:
         world = world_module.from_environment()
         adapter = make_adapter(args.adapter)
-        world_module.start(world, adapter.needs_process_group(world.world_size))
+        world_module.start(world, adapter.needs_process_group(world.world_size),
+                           args.collective_timeout)
+        from .exchange import Exchange
+        exchange = Exchange(world.rank, world.world_size, args.collective_timeout)
     except (world_module.WorldError, AdapterUnavailable) as e:
         replies.send(error=str(e))
         return 2
@@ -82,6 +106,7 @@ def main(argv):
         return 2
     replies.send(ready=True, version=adapter.version(), pid=os.getpid())
     planted = _injection(world.rank)
+    plants = _plants()
 
     from .replay import Replay, ReplayResult
     from .verdict import Finding
@@ -90,14 +115,16 @@ def main(argv):
         name = job["name"]
         try:
             scenario = load_scenario(job["path"])
+            os.environ[PLANTED_FAULT_VARIABLE] = plants.get(scenario.name, "")
             result = Replay(scenario, adapter, world.rank, world.world_size,
-                            observer=_observer(replies, name, planted)).run()
+                            observer=_observer(replies, name, planted), exchange=exchange,
+                            stage=args.stage, disabled=job.get("disable", disabled)).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
                 message=f"the replay stopped: {type(e).__name__}: {e}")])
         replies.send(done=name, findings=[vars(f) for f in result.findings],
-                     skipped=result.skipped)
+                     skipped=result.skipped, checks=result.checks)
         sys.stdout.flush()
         sys.stderr.flush()
     world_module.stop(world)

@@ -58,8 +58,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(world, need_group):
-    """Initialises torch.distributed when `need_group` (a no-op when already initialised)."""
+def start(world, need_group, timeout=60.0):
+    """Initialises torch.distributed when `need_group` (a no-op when already initialised).
+
+    Every collective on the group (DeepSpeed's included) fails after `timeout` seconds instead
+    of torch's default 30 minutes.
+    """
+    import datetime
+
     import torch
     import torch.distributed as dist
 
@@ -77,7 +83,8 @@ def start(world, need_group):
         backend = "nccl"
         torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
     dist.init_process_group(backend=backend, init_method="env://", rank=world.rank,
-                            world_size=world.world_size)
+                            world_size=world.world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
     world.group_started = True
 
 

@@ -1,0 +1,219 @@
+"""The dense twin: one copy of the model, trained as data parallelism trains N copies.
+
+Every rank's micro-batch runs through the one copy and gets its own gradient; the gradients are
+reduced over the ranks and accumulated over micro-steps the way the engine under test does it,
+and the optimizer steps whole tensors at each accumulation boundary. With the right rules (a
+`Training` row) the twin equals DeepSpeed ZeRO bit for bit at world 2, fp32, without clipping,
+and equals zerocheck's C++ dense twin bit for bit at any world size.
+
+This module needs torch and nothing else (not this package): the replay uses it, and repro
+scripts can carry a copy.
+
+How DeepSpeed trains, as measured (harness/deepspeed/README.md, "Numerics", has the evidence):
+
+| rule | zerocheck (C++ engine) | DeepSpeed stage 3 | stage 2 | stage 1 |
+| --- | --- | --- | --- | --- |
+| reduction over ranks | sum in rank order, then / N | each rank's gradient / N, then summed | as stage 3 | as stage 3 |
+| when it reduces | every backward | every backward | every backward | in a backward at a boundary (the next step is one), what each rank accumulated since |
+| accumulation scaling | none | v0.14.5: loss / GAS; master: the gradient arriving at the engine's output / GAS | as stage 3 | as stage 3 |
+| gradients start afresh | at zero_grad (zeroed, still stepped) | after each optimizer step | after each optimizer step | after each optimizer step |
+| engine.zero_grad() | zeroes the accumulated gradients | no effect on the reduced partitions | no effect on the reduced partitions | drops each rank's local accumulation (module .grad) |
+| a parameter without a gradient | skipped until it first gets one | stepped with zeros (flat partitions) | stepped with zeros | stepped with zeros |
+
+A step counts as a micro-step; only every GAS-th one (the boundary) updates the parameters.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Training:
+    """How an engine turns per-rank micro-batch gradients into an optimizer step."""
+
+    name: str
+    divide_before_sum: bool  # sum_r fl(g_r / N) (DeepSpeed) or fl(sum_r g_r) / N (zerocheck)
+    reduce_each_backward: bool  # False: each rank accumulates alone until a backward whose next
+    # step is a boundary reduces it (DeepSpeed's engine.allreduce_gradients)
+    gas_scaling: str  # "none", "loss" (loss / GAS), "output_gradient" (output's gradient / GAS)
+    reset_after_step: bool  # gradients start afresh after an optimizer step
+    zero_grad_effect: str  # "zeros" (zeroed, kept), "none" (dropped), "nothing", "local"
+    step_without_gradient: bool  # a trainable parameter without gradient steps with zeros
+
+
+ZEROCHECK = Training("zerocheck", divide_before_sum=False, reduce_each_backward=True,
+                     gas_scaling="none", reset_after_step=False, zero_grad_effect="zeros",
+                     step_without_gradient=False)
+# Plain PyTorch on one rank, zero_grad(set_to_none=True): the pass-through adapters.
+TORCH = Training("torch", divide_before_sum=False, reduce_each_backward=True, gas_scaling="none",
+                 reset_after_step=False, zero_grad_effect="none", step_without_gradient=False)
+
+
+def deepspeed_training(stage, gas_scaling):
+    """DeepSpeed ZeRO `stage` (1, 2, 3) whose accumulation scaling is `gas_scaling`."""
+    return Training(f"deepspeed-stage{stage}-{gas_scaling}", divide_before_sum=True,
+                    reduce_each_backward=stage >= 2, gas_scaling=gas_scaling,
+                    reset_after_step=True, zero_grad_effect="local" if stage == 1 else "nothing",
+                    step_without_gradient=True)
+
+
+class DenseTwin:
+    """A single-copy model trained as `training` says, over `world_size` micro-batches per forward.
+
+    `model` is the twin's own copy (its values are the engine's initial ones); `make_optimizer`
+    builds the user's optimizer over a list of parameters; `run(module, x, route)` runs a forward
+    (route: a fresh route for each rank, made by the `route` callable given to forward()).
+    """
+
+    def __init__(self, model, world_size, training, accumulation_steps, make_optimizer, run):
+        self.model = model
+        self.world_size = world_size
+        self.training = training
+        self.accumulation_steps = accumulation_steps
+        self._make_optimizer = make_optimizer
+        self._run = run
+        self.target = None
+        self.params = []  # [(name, parameter)] of the target, named_parameters() order
+        self._optimizer = None
+        self._reduced = {}  # name -> the gradient the next boundary steps with
+        self._local = {}  # name -> [per-rank accumulated gradient] (reduced at the boundary)
+        self._pending = []  # per-rank losses of the last forward, with their graphs
+        self._magnitude = {}  # name -> sum of |each rank's term| reduced since the last step
+        self._reductions = 0  # reductions since the last step
+        # The last optimizer step: {name: (gradient it used, magnitude of its terms)} and the
+        # reductions behind it, for bounding another engine's sum order (numerics.py).
+        self.last_step = ({}, 0)
+        self.micro_steps = 0
+
+    # ---- the engine's life ------------------------------------------------------------------
+
+    def start(self, path):
+        """A new engine over the module at `path`, with a fresh optimizer: nothing accumulated."""
+        self.target = self.model.get_submodule(path)
+        self.params = list(self.target.named_parameters())
+        trainable = [p for _, p in self.params if p.requires_grad]
+        self._optimizer = self._make_optimizer(trainable) if trainable else None
+        self._reduced, self._local, self._pending = {}, {}, []
+        self._magnitude, self._reductions, self.last_step = {}, 0, ({}, 0)
+        self.micro_steps = 0
+
+    def forward(self, batches, route):
+        """Runs each rank's (input, target) on a fresh route(); returns the losses by rank."""
+        self._pending = []
+        losses = []
+        for x, y in batches:
+            out = self._run(self.target, x, route())
+            if self.training.gas_scaling == "output_gradient" and out.requires_grad:
+                steps = self.accumulation_steps
+                out.register_hook(lambda g: g / steps)
+            loss = F.mse_loss(out, y)
+            self._pending.append(loss)
+            losses.append(loss.item())
+        return losses
+
+    def drop_pending(self):
+        self._pending = []
+
+    def backward(self):
+        """Back-propagates every rank's pending loss; returns the names that got a gradient."""
+        pending, self._pending = self._pending, []
+        names = [n for n, p in self.params if p.requires_grad]
+        tensors = [p for _, p in self.params if p.requires_grad]
+        if not pending or not tensors or not pending[0].requires_grad:
+            return set()
+        per_rank = []
+        for loss in pending:
+            if self.training.gas_scaling == "loss" and self.accumulation_steps > 1:
+                loss = loss / self.accumulation_steps
+            per_rank.append(torch.autograd.grad(loss, tensors, allow_unused=True))
+        reached = set()
+        for i, name in enumerate(names):
+            grads = [g[i] for g in per_rank]
+            if all(g is None for g in grads):
+                continue
+            reached.add(name)
+            if self.training.reduce_each_backward:
+                self._add_reduction(name, grads)
+            else:
+                local = self._local.setdefault(name, [None] * len(grads))
+                for r, g in enumerate(grads):
+                    if g is not None:
+                        local[r] = g.clone() if local[r] is None else local[r].add_(g)
+        if not self.training.reduce_each_backward and self._next_step_is_boundary():
+            for name, grads in self._local.items():
+                self._add_reduction(name, grads)
+            self._local = {}
+        self._reductions += 1
+        return reached
+
+    def _next_step_is_boundary(self):
+        return (self.micro_steps + 1) % self.accumulation_steps == 0
+
+    def step(self):
+        """A micro-step; at the boundary the optimizer steps. Returns whether it stepped."""
+        self._pending = []
+        self.micro_steps += 1
+        if self.micro_steps % self.accumulation_steps != 0:
+            return False
+        used = {}
+        with torch.no_grad():
+            for name, p in self.params:
+                if not p.requires_grad:
+                    continue
+                grad = self._reduced.get(name)
+                if grad is None and self.training.step_without_gradient:
+                    grad = torch.zeros_like(p)
+                p.grad = None if grad is None else grad.clone()
+                if grad is not None:
+                    used[name] = (grad.clone(), self._magnitude.get(name, torch.zeros_like(p)).clone())
+        self.last_step = (used, self._reductions)
+        if self._optimizer is not None:
+            self._optimizer.step()
+        for _, p in self.params:
+            p.grad = None
+        if self.training.reset_after_step:
+            self._reduced, self._magnitude, self._reductions = {}, {}, 0
+        return True
+
+    def zero_grad(self):
+        effect = self.training.zero_grad_effect
+        if effect == "zeros":
+            for tensors in (self._reduced, self._magnitude):
+                for t in tensors.values():
+                    t.zero_()
+        elif effect == "none":
+            self._reduced, self._magnitude = {}, {}
+        elif effect == "local":
+            self._local = {}
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def values(self):
+        """{name: the parameter's current value (detached)} of the target."""
+        return {name: p.detach() for name, p in self.params}
+
+    # ---- the arithmetic -------------------------------------------------------------------
+
+    def _add_reduction(self, name, grads):
+        self._add(self._reduced, name, self._reduce(grads))
+        # What any sum order of these terms can differ by is bounded by their magnitudes.
+        terms = [g.abs().div(self.world_size) for g in grads if g is not None]
+        self._add(self._magnitude, name, torch.stack(terms).sum(0))
+
+    def _reduce(self, grads):
+        """Reduces per-rank gradients (None: the rank had none) in rank order."""
+        total = None
+        for g in grads:
+            if g is None:
+                continue
+            part = g.div(self.world_size) if self.training.divide_before_sum else g
+            total = part.clone() if total is None else total.add_(part)
+        if not self.training.divide_before_sum:
+            total = total.div(self.world_size)
+        return total
+
+    @staticmethod
+    def _add(into, name, grad):
+        into[name] = grad if name not in into else into[name].add_(grad)

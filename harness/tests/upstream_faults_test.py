@@ -1,0 +1,163 @@
+"""ctest `upstream_planted_faults` (label upstream): I3, I4 and I9 catch faults planted in DeepSpeed.
+
+    upstream_faults_test.py ZEROCHECK PYTHON TREE WORKDIR
+
+A copy of DeepSpeed's own source (../shared/deepspeed/v0.14.5, or master-* in the Debian 13
+lane) gets the faults of FAULTS, each a source edit in the real code path, switched on while one
+scenario replays (the worker sets ZEROCHECK_PLANTED_FAULT from ZEROCHECK_DS_PLANT). Every edit's
+anchor must be found exactly once: a DeepSpeed that moved the code fails the test instead of
+testing nothing. Then, in one run at world 2 on the copy:
+  1. every fault is caught by its own invariant, and the control scenario (no fault) by none;
+  2. the ablation (--ablate: each scenario replayed again with each of I3, I4, I9 switched off):
+     each of them is the only one to catch some fault, so each is necessary.
+Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
+"""
+
+import os
+import subprocess
+import sys
+
+from upstream_support import SKIP, Edit, arguments, check, patched_tree, read, run, verdicts
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = os.path.join(HERE, "scenarios", "upstream_faults")
+
+
+def planted(name):
+    """The guard of one fault: true while that fault's scenario replays."""
+    return f'__import__("os").environ.get("ZEROCHECK_PLANTED_FAULT") == "{name}"'
+
+
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+ENGINE = "deepspeed/runtime/engine.py"
+OFFLOAD = "deepspeed/runtime/zero/parameter_offload.py"
+
+
+def keep_data_after(release):
+    """Wraps `release` (the post-backward release call) so the parameters it releases keep their
+    full data."""
+    return [Edit(OFFLOAD, release,
+                 f"        _zc_full = {{p: p.data for p in sub_module.parameters(recurse=False)}} if "
+                 f"{planted('data-kept-after-backward')} else {{}}\n"
+                 + release +
+                 "        for _zc_p, _zc_data in _zc_full.items():\n"
+                 "            if _zc_p.ds_status == ZeroParamStatus.NOT_AVAILABLE:\n"
+                 "                _zc_p.data = _zc_data\n")]
+
+
+SKIP_LAST_PARAM = [Edit(
+    STAGE3,
+    "            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(\n"
+    "                self.fp32_partitioned_groups_flat[sub_group_id].data)",
+    "            _zc_n = self.fp16_partitioned_groups_flat[sub_group_id].numel() - (\n"
+    f"                self.fp16_groups[sub_group_id][-1].partition_numel() if {planted('skip-last-param')} else 0)\n"
+    "            self.fp16_partitioned_groups_flat[sub_group_id].data.narrow(0, 0, _zc_n).copy_(\n"
+    "                self.fp32_partitioned_groups_flat[sub_group_id].data.narrow(0, 0, _zc_n))")]
+GRADIENT_LATE = [Edit(
+    STAGE3,
+    "                grad_buffer.copy_(grad_partition, non_blocking=True)",
+    f"                if {planted('gradient-one-element-late')} and dist.get_rank(self.dp_process_group) == 1:\n"
+    "                    grad_partition = torch.cat([grad_partition.new_zeros(1), grad_partition[:-1]])\n"
+    "                grad_buffer.copy_(grad_partition, non_blocking=True)")]
+STEP_COUNT = [Edit(
+    ENGINE, "        self.global_steps += 1\n",
+    f"        self.global_steps += 0 if ({planted('step-count-skipped-on-one-rank')} and self.global_rank == 1) else 1\n")]
+
+# name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
+# v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
+# engine's outputs, the coordinator's release takes `forward`).
+FAULTS = {
+    # ZeRO-3's step copies the updated fp32 partition into the parameters' shards; the copy
+    # leaves out the last parameter of the group, which then never moves.
+    "skip-last-param": ("I3", "sgd_two_linears", {"v0.14": SKIP_LAST_PARAM, "master": SKIP_LAST_PARAM}),
+    # The loss (v0.14.5) or the output's gradient (master) divided by the accumulation steps twice.
+    "loss-scaled-twice": ("I3", "sgd_accumulation_2", {
+        "v0.14": [Edit(ENGINE, "            loss = self._scale_loss_by_gas(loss.float())",
+                       "            loss = self._scale_loss_by_gas(loss.float())\n"
+                       f"            if {planted('loss-scaled-twice')}:\n"
+                       "                loss = self._scale_loss_by_gas(loss)")],
+        "master": [Edit(ENGINE, "            return grad / self.gradient_accumulation_steps()",
+                        "            return grad / self.gradient_accumulation_steps() / (\n"
+                        f"                self.gradient_accumulation_steps() if {planted('loss-scaled-twice')} else 1)")]}),
+    # Rank 1 writes its reduced gradient partition one element late (element i gets i - 1's).
+    "gradient-one-element-late": ("I3", "sgd_one_linear", {"v0.14": GRADIENT_LATE, "master": GRADIENT_LATE}),
+    # After a module's backward its parameters are released (NOT_AVAILABLE) but keep their full
+    # data: the memory ZeRO-3 exists to free stays held.
+    "data-kept-after-backward": ("I4", "sgd_two_linears_kept", {
+        "v0.14": keep_data_after("        self.get_param_coordinator(training=True).release_sub_module(sub_module)\n"),
+        "master": keep_data_after("        self.get_param_coordinator().release_sub_module(sub_module, forward=False)\n")}),
+    # Rank 1 does not count an optimizer step.
+    "step-count-skipped-on-one-rank": ("I9", "sgd_one_linear_steps", {"v0.14": STEP_COUNT, "master": STEP_COUNT}),
+}
+CONTROL = "sgd_control"  # no fault: no finding
+ABLATED = ("I3", "I4", "I9")
+
+
+def version_of(tree):
+    """"v0.14" for ../shared/deepspeed/v0.14.5, "master" for a later tree."""
+    with open(os.path.join(tree, "version.txt"), encoding="utf-8") as f:
+        return "v0.14" if f.read().startswith("0.14") else "master"
+
+
+def main():
+    args = arguments()
+    if args is None:
+        return SKIP
+    zerocheck, python, tree, work = args
+    version = version_of(tree)
+    if version == "master" and not torch_2(python):
+        return SKIP
+    edits = [edit for _, _, by_version in FAULTS.values() for edit in by_version[version]]
+    copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), edits,
+                        f"planted faults ({version})")
+    plant = ",".join(f"{scenario}:{name}" for name, (_, scenario, _) in FAULTS.items())
+    env = dict(os.environ, ZEROCHECK_DS_PLANT=plant)
+    scenarios = [os.path.join(SCENARIOS, f"{s}.json") for _, s, _ in FAULTS.values()]
+    scenarios.append(os.path.join(SCENARIOS, f"{CONTROL}.json"))
+
+    # One run: every scenario, then again with each of I3, I4, I9 off in turn (--ablate).
+    out = os.path.join(work, "planted")
+    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "60",
+                    "--deepspeed-tree", copy, "--scenarios", *scenarios, "--out", out, "--ablate"],
+        expect=1, env=env)
+    found = verdicts(out)
+    # 1. Every fault caught by its own invariant; the control clean.
+    for name, (invariant, scenario, _) in FAULTS.items():
+        invariants = sorted({f["invariant"] for f in found[scenario]["findings"]})
+        example = next((f["message"] for f in found[scenario]["findings"]
+                        if f["invariant"] == invariant), "none")
+        check(invariant in invariants,
+              f"{name}: caught by {invariant} (all: {invariants}); e.g. {example[:160]}")
+    check(found[CONTROL]["outcome"] == "ok", f"the control scenario holds: {found[CONTROL]['outcome']}")
+    # 2. The ablation: with each of I3, I4, I9 switched off, which faults survive.
+    ablation = read(os.path.join(out, "summary.json"))["ablation"]
+    matrix = ablation["matrix"]
+    print("fault x invariant switched off ('S' survives, else the invariants that still catch it):")
+    print(f"{'fault':<34}" + "".join(f" {off:>8}" for off in ABLATED))
+    for name, (_, scenario, _) in FAULTS.items():
+        row = matrix[scenario]
+        print(f"{name:<34}" + "".join(
+            f" {('S' if row[off] == 'survives' else ','.join(row[off])):>8}" for off in ABLATED))
+    check(all(matrix[scenario][off] == "survives" or off not in matrix[scenario][off]
+              for _, scenario, _ in FAULTS.values() for off in ABLATED),
+          "an invariant switched off reports nothing")
+    check(matrix[CONTROL]["all"] == "none", "the control scenario is caught by nothing")
+    for off in ABLATED:
+        only = [name for name, (_, scenario, _) in FAULTS.items()
+                if scenario in ablation["necessary_for"][off]]
+        check(only, f"{off} is necessary: without it {', '.join(only) or 'nothing'} survives")
+    print(f"planted upstream faults ({version}): all checks passed")
+    return 0
+
+
+def torch_2(python):
+    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                           capture_output=True, text=True).stdout.strip()
+    if major in ("0", "1"):
+        print(f"SKIPPED: DeepSpeed master needs torch >= 2; {python} has torch {major}.x")
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
