@@ -277,6 +277,7 @@ void Engine::load_checkpoint(const std::string& dir) {
   for (size_t i = 0; i < s.params.size(); ++i) {
     ManagedParam& p = *s.params[i];
     if (masters[i].defined()) p.master.copy_(masters[i]);
+    s.partitioner.plant_padding_garbage(p);
     // A parameter the optimizer has stepped had a gradient, which zero_grad keeps as zeros
     // (LibTorch's default): it steps again even in a step that does not reach it, as in dense
     // training. An engine that never ran its backward (a fresh one, or the expert's new owner)

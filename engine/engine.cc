@@ -290,6 +290,7 @@ void Engine::step() {
   const bool skip_count = state_->options.fault == Fault::step_count_skipped_on_one_rank &&
                           state_->optimizer_steps == 0 && state_->comm.rank() == state_->comm.world_size() - 1;
   if (!skip_count) ++state_->optimizer_steps;
+  for (auto& p : state_->params) state_->partitioner.plant_padding_garbage(*p);
   if (state_->options.fault == Fault::nan_after_step && state_->comm.rank() == 0) {
     at::NoGradGuard no_grad;
     for (auto& p : state_->params)

@@ -60,12 +60,16 @@ void Partitioner::partition(ManagedParam& p) {
     const int64_t start = std::min(p.layout.begin(comm_.rank()) + 1, flat.numel() - p.layout.chunk());
     p.master = flat.narrow(0, start, p.layout.chunk()).clone();
   }
-  if (fault_ == Fault::uninitialised_padding) {
-    const int64_t real = p.layout.real_in_shard(comm_.rank());
-    p.master.narrow(0, real, p.layout.chunk() - real).fill_(0.5f);  // what "uninitialised" may hold
-  }
+  plant_padding_garbage(p);
   swap_data(p.param, empty_like_param(p.param));
   p.status = ParamStatus::NotAvailable;
+}
+
+void Partitioner::plant_padding_garbage(ManagedParam& p) {
+  if (fault_ != Fault::uninitialised_padding || p.persistent || p.placed() || p.master.numel() == 0) return;
+  at::NoGradGuard no_grad;
+  const int64_t real = p.layout.real_in_shard(comm_.rank());
+  p.master.narrow(0, real, p.layout.chunk() - real).fill_(0.5f);  // what "uninitialised" may hold
 }
 
 void Partitioner::gather(ManagedParam& p) {

@@ -68,6 +68,10 @@ class Partitioner {
   // Gathers the full data into the model tensor for good (collective; placed parameters are
   // broadcast from their owner): used when the engine lets go of the model.
   void restore_full(ManagedParam& p);
+  // Under Fault::uninitialised_padding, fills the padding of `p`'s shard with what fresh memory
+  // may hold; called wherever a shard is written (partition, step, checkpoint load), as upstream
+  // allocates shards without zeroing them everywhere. A no-op otherwise.
+  void plant_padding_garbage(ManagedParam& p);
 
   Comm& comm() { return comm_; }
   at::Device device() const { return device_; }

@@ -12,6 +12,7 @@
 #include "harness/interpreter/internal/shared_twin.h"
 #include "harness/model/model.h"
 #include "harness/oracles/oracles.h"
+#include "harness/world/failure_text.h"
 #include "harness/world/rank_memory.h"
 
 #include <ATen/ATen.h>
@@ -522,7 +523,7 @@ class ScenarioRunner {
         if (comm.rank() == 0) there = std::move(whole);
       });
     } catch (const std::exception& e) {
-      failure = e.what();
+      failure = failure_text(e);
     }
     if (!failure.empty())
       require(oracles::violation("I6", engine_target_, "", fmt::format("a world of {} loads the checkpoint", m),

@@ -1,5 +1,6 @@
 #include "harness/world/fiber_world.h"
 
+#include "harness/world/failure_text.h"
 #include "harness/world/rank_memory.h"
 
 #include "engine/local_comm.h"
@@ -160,7 +161,7 @@ class FiberWorld {
         comm = group_->comm_for(rank);
         body_(*comm);
       } catch (const std::exception& e) {
-        record_failure(rank, e.what());
+        record_failure(rank, failure_text(e));
       } catch (...) {
         record_failure(rank, "unknown exception");
       }

@@ -5,6 +5,7 @@
 #ifdef ZEROCHECK_CUDA
 #include "engine/nccl_comm.h"
 #endif
+#include "harness/world/failure_text.h"
 #include "harness/world/rank_memory.h"
 
 #include <fmt/format.h>
@@ -164,7 +165,7 @@ void ProcessRank::run_rank(int size, const RankBody& body) {
   } catch (const RankLost&) {
     throw;
   } catch (const std::exception& e) {
-    const auto [first, what] = report_failure(e.what());
+    const auto [first, what] = report_failure(failure_text(e));
     throw RankFailure(first, what);
   }
 }

@@ -1,6 +1,7 @@
 // Worlds of threads (and the choice between threads and fibers: make_world).
 #include "harness/world/world.h"
 
+#include "harness/world/failure_text.h"
 #include "harness/world/fiber_world.h"
 #include "harness/world/rank_memory.h"
 
@@ -212,7 +213,7 @@ void run_threads(int size, const WorldOptions& options, const RankBody& body) {
       // reports a peer that left early as "connection closed", not as the cause.
       if (options.comm == CommKind::gloo) comm->barrier();
     } catch (const std::exception& e) {
-      record_failure(rank, e.what());
+      record_failure(rank, failure_text(e));
     } catch (...) {
       record_failure(rank, "unknown exception");
     }

@@ -1,0 +1,12 @@
+#include "harness/world/failure_text.h"
+
+#include <c10/util/Exception.h>
+
+namespace zerocheck {
+
+std::string failure_text(const std::exception& e) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&e)) return torch_error->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace zerocheck
