@@ -19,6 +19,7 @@ mlp_sgd_world2 (I3 at tolerance 0), so on it our engine and DeepSpeed hold the s
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,13 +58,53 @@ def bits(values):
     return [seeded.float32_bits(v) for v in values]
 
 
+class LibTorchAdam(torch.optim.Optimizer):
+    """Adam as LibTorch's C++ optimizer computes it (the C++ twin's): the first moment by mul_ and
+    add_. Python's torch.optim.Adam has used lerp_ for it since torch 2.0, which rounds otherwise
+    (one ulp here and there); on torch 1.13 the two are the same arithmetic. Only the optimizer's
+    library differs, not a rule of either twin; DeepSpeed steps the user's Python optimizer, so the
+    twin that checks DeepSpeed keeps torch.optim.Adam."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                exp_avg, exp_avg_sq, step = state["exp_avg"], state["exp_avg_sq"], state["step"]
+                exp_avg.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2 = 1 - beta2 ** step
+                denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(group["eps"])
+                p.addcdiv_(exp_avg, denom, value=-group["lr"] / bias_correction1)
+
+
+def cxx_optimizer(scenario, params):
+    """The C++ twin's optimizer over `params`: its SGD is Python's, its Adam LibTorchAdam."""
+    params = list(params)
+    if scenario.optimizer == "adam" and params:
+        return LibTorchAdam(params, scenario.lr)
+    return replay.make_optimizer(scenario.optimizer, scenario.lr, params)
+
+
 def python_numbers(scenario, rules=twin.ZEROCHECK):
     """The C++ interpreter's rules for its dense twin, followed op by op with the Python twin."""
     model = build_tree(scenario).root
     dense = twin.DenseTwin(
         model, scenario.world_size, rules,
         scenario.config["gradient_accumulation_steps"],
-        lambda params: replay.make_optimizer(scenario.optimizer, scenario.lr, params), run_module)
+        lambda params: cxx_optimizer(scenario, params), run_module)
     live = False
     out = []
     for index, op in enumerate(scenario.ops):
