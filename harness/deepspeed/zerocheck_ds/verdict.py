@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import schema
 
-# The invariants an upstream replay checks (the schema's, and I9: schema.UPSTREAM_ONLY_INVARIANTS),
+# The invariants an upstream replay checks (rows of the schema's table),
 # and the other ways a replay fails: an operation raised, a rank process died or hung.
 CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I3", "I4", "I5", "I9")
 FAILURES = ("op", "crash", "hang")
