@@ -80,15 +80,15 @@ AgreementDigest agreement_digest(const zero3::Engine* engine) {
 
 Result agreement(const std::vector<AgreementDigest>& by_rank, const std::string& target) {
   for (size_t field = 0; field < kAgreementFields; ++field) {
-    std::vector<std::string> differing;
+    std::vector<int> differing;
     for (size_t r = 1; r < by_rank.size(); ++r)
-      if (by_rank[r][field] != by_rank[0][field]) differing.push_back(std::to_string(r));
+      if (by_rank[r][field] != by_rank[0][field]) differing.push_back(static_cast<int>(r));
     if (differing.empty()) continue;
     const std::string name = agreement_fields()[field];
     Violation v = violation("I9", target, name, fmt::format("rank 0's {} (digest {:#x})", name, static_cast<uint64_t>(by_rank[0][field])),
                             fmt::format("rank(s) {} hold other {}", fmt::join(differing, ", "), name),
                             fmt::format("ranks disagree on {}: rank 0 and rank(s) {}", name, fmt::join(differing, ", ")));
-    v.rank = std::stoi(differing.front());
+    v.rank = differing.front();
     return v;
   }
   return std::nullopt;
