@@ -126,7 +126,7 @@ class Replay:
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
-            "save": self._checkpoint, "load": self._checkpoint,
+            "save": self._checkpoint, "load": self._checkpoint, "gather": self._not_replayed_yet,
         })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
@@ -141,6 +141,8 @@ class Replay:
     # ---- operations ---------------------------------------------------------------------------
 
     def _initialize(self, index, op):
+        if op.config_error is not None:
+            return self._not_replayed_yet(index, op)
         try:
             target = self.root.get_submodule(op.target)
         except Exception:
@@ -296,6 +298,12 @@ class Replay:
         self._skip(index, op.op, op.op, "save/load are not replayed upstream (sharded checkpoints "
                                         "are engine-specific; I6, resharding on load included, is "
                                         "the C++ harness's)")
+
+    def _not_replayed_yet(self, index, op):
+        # zerocheck-scenario/2's life-cycle operations: skipped, never run as something else,
+        # until the replay runs them (issue 29).
+        self._skip(index, op.op, op.op, "not replayed upstream yet (a gather, or an initialize "
+                                        "with a config_error)")
 
     def _teardown(self):
         if self._live or self._accepted_repeats:
