@@ -9,6 +9,7 @@
 // of (parameter, world size, rank) and Adam/SGD state is per element.
 #include "engine/checkpoint_manifest.h"
 #include "engine/checkpoint_reader.h"
+#include "engine/checkpoint_tag.h"
 #include "engine/crc32c.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
@@ -21,6 +22,8 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <unordered_map>
 
@@ -199,7 +202,7 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& client_s
   point("done");
 }
 
-void Engine::load_checkpoint(const std::string& dir) {
+void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   state_->require_live("load_checkpoint");
   EngineState& s = *state_;
   const int rank = s.comm.rank();
@@ -222,8 +225,9 @@ void Engine::load_checkpoint(const std::string& dir) {
                             ", this model has '" + p.path + "' " + c10::str(c10::IntArrayRef(p.shape)) +
                             (p.trainable ? "" : " frozen") + " (a checkpoint of another model)");
   }
+  const bool with_optimizer = options.restores_optimizer_state();
   const std::string kind = optimizer_kind(*s.optimizer);
-  if (m.optimizer != kind)
+  if (with_optimizer && m.optimizer != kind)
     throw CheckpointError(where + ": optimizer state of a " + m.optimizer + " optimizer, this engine's is " + kind);
 
   // Cut everything for this world, still without touching the engine.
@@ -245,6 +249,10 @@ void Engine::load_checkpoint(const std::string& dir) {
       return p.layout.shard_of(full, rank);
     };
     masters[i] = cut(saved.full_parameter(i).reshape({-1}));
+    if (!with_optimizer) {  // the optimizer keeps its state, and its say on what has stepped
+      stepped[i] = state_numel_of(*s.optimizer, p.master) > 0;
+      continue;
+    }
     c10::IValue state = saved.full_state(i);
     if (!state.isNone()) {
       Elements fields = state.toTuple()->elements().vec();
@@ -268,7 +276,7 @@ void Engine::load_checkpoint(const std::string& dir) {
   // Without optimizer state in the checkpoint (a planted fault drops it) the state is cleared,
   // as a fresh optimizer's would be. replace_optimizer_state changes nothing when it throws.
   try {
-    replace_optimizer_state(*s.optimizer, states, group_options);
+    if (with_optimizer) replace_optimizer_state(*s.optimizer, states, group_options);
   } catch (const CheckpointError& e) {
     throw CheckpointError(where + ": " + e.what());
   }
@@ -284,9 +292,52 @@ void Engine::load_checkpoint(const std::string& dir) {
     // must get that zero gradient too, or it would skip those steps.
     if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
   }
-  s.micro_steps = m.micro_steps;
-  s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
+  if (!options.module_only) {
+    s.micro_steps = m.micro_steps;
+    s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
+  }
   s.comm.barrier();
+}
+
+namespace {
+
+std::string checked_tag(const std::string& tag, const char* caller) {
+  if (auto problem = tag_problem(tag); !problem.empty()) throw UsageError(std::string(caller) + ": " + problem);
+  return tag;
+}
+
+}  // namespace
+
+void Engine::save_checkpoint_tagged(const std::string& folder, const std::string& tag) {
+  state_->require_live("save_checkpoint_tagged");
+  checked_tag(tag, "save_checkpoint_tagged");
+  save_checkpoint((fs::path(folder) / tag).string());
+  if (state_->comm.rank() == 0) {
+    // Written beside, then renamed over: a reader sees the old latest or the new one.
+    const fs::path latest = fs::path(folder) / kLatestFile, written = fs::path(folder) / "latest.zero3-staging";
+    try {
+      durable::write_file(written.string(), std::vector<char>(tag.begin(), tag.end()));
+      fs::rename(written, latest);
+      durable::sync_dir(folder);
+    } catch (const std::exception& e) {
+      throw CheckpointError("rank 0: cannot write " + latest.string() + ": " + e.what());
+    }
+  }
+  state_->comm.barrier();  // latest names the tag for every rank
+}
+
+void Engine::load_checkpoint_tagged(const std::string& folder, const std::string& tag, const LoadOptions& options) {
+  state_->require_live("load_checkpoint_tagged");
+  std::string resolved = tag.empty() ? std::string() : checked_tag(tag, "load_checkpoint_tagged");
+  const fs::path latest = fs::path(folder) / kLatestFile;
+  if (resolved.empty() || state_->options.fault == Fault::load_ignores_tag) {
+    std::ifstream in(latest, std::ios::binary);
+    if (!in) throw CheckpointError(latest.string() + ": missing (no tagged checkpoint saved in " + folder + ")");
+    resolved.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (auto problem = tag_problem(resolved); !problem.empty())
+      throw CheckpointError(latest.string() + ": names no valid tag: " + problem);
+  }
+  load_checkpoint((fs::path(folder) / resolved).string(), options);
 }
 
 }  // namespace zero3

@@ -106,6 +106,24 @@ void Config::check_world_size(int world_size, const std::string& path) const {
                       std::to_string(implied));
 }
 
+void Config::validate(int world_size, const std::string& path) const {
+  auto check = [](const std::string& at, int64_t value, int64_t lo, int64_t hi) {
+    if (value < lo || value > hi)
+      throw ConfigError(at + ": value " + std::to_string(value) + " is out of range [" + std::to_string(lo) + ", " +
+                        std::to_string(hi) + "]");
+  };
+  // train_batch_size's 0 is "not set" (its range is for a set value); check_world_size judges it.
+#define ZERO3_CHECK_TOP(key, def, lo, hi, doc) \
+  if (std::string_view(#key) != "train_batch_size" || key != 0) check(path + "." #key, key, lo, hi);
+#define ZERO3_CHECK_ZERO(key, def, lo, hi, doc) \
+  check(path + ".zero_optimization." #key, zero_optimization.key, lo, hi);
+  ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_CHECK_TOP)
+  ZERO3_ZERO_INT_KEYS(ZERO3_CHECK_ZERO)
+#undef ZERO3_CHECK_TOP
+#undef ZERO3_CHECK_ZERO
+  check_world_size(world_size, path);
+}
+
 std::string Config::describe_keys() {
   std::ostringstream out;
 #define ZERO3_DESCRIBE(prefix)                                                            \

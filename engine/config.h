@@ -66,6 +66,9 @@ struct Config {
 
   // Throws ConfigError at `path`.train_batch_size when it is set and disagrees with the world size.
   void check_world_size(int world_size, const std::string& path = "$") const;
+  // Throws ConfigError naming the key when a key is outside its table range (a config built in
+  // memory, not read: the reader checks as it reads), or as check_world_size.
+  void validate(int world_size, const std::string& path = "$") const;
 
   // Returns one line per key with its default and description, for `--help` and the README.
   static std::string describe_keys();

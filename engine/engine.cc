@@ -138,7 +138,6 @@ at::Device rank_device(int rank, int ranks_per_device) {
 std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::Optimizer& optimizer,
                                    const Config& config, Comm& comm, EngineOptions options) {
   if (!model) throw UsageError("initialize: the model is null");
-  config.check_world_size(comm.world_size());
   const std::vector<ModuleAtPath> tree = unique_modules(model);
   if (uses_registry(options.fault)) {
     try {
@@ -201,6 +200,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
     }
   }
 
+  // The model's own data, held until initialize cannot fail any more: partitioning swaps it out
+  // of the parameters, and a refused initialize swaps it back (no copy: the storage it had).
+  std::vector<at::Tensor> model_data;
   for (auto& p : state->params) {
     if (p->trainable && !p->placed()) {  // placed gradients stay on their owner: no reduction
       // Created while the parameter still has its full shape: autograd validates incoming
@@ -209,10 +211,26 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
       p->hook_key = p->grad_accumulator->add_post_hook(
           std::make_unique<GradientReadyHook>(state, p.get()));
     }
+    model_data.push_back(p->param.detach());
     state->partitioner.partition(*p);
     if (options.fault == Fault::hidden_shard_copy && !p->persistent && !p->placed())
       state->hidden_copies.push_back(p->master.detach().clone());  // the planted fault: unlisted
   }
+  // The config is checked once the engine is built over the model, so that a refusal here is a
+  // real test of undoing it (hooks off, the model's data back): DeepSpeed's failed initialize
+  // left its hooks on the model.
+  try {
+    config.validate(comm.world_size());
+  } catch (const ConfigError&) {
+    if (options.fault != Fault::failed_initialize_leaves_state) {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < state->params.size(); ++i) state->params[i]->param.set_data(model_data[i]);
+      state->detach_local();
+    }
+    state->released = true;
+    throw;
+  }
+  model_data.clear();
 
   state->optimizer = rebuild_optimizer(optimizer, [&](const at::Tensor& user_param) {
     ManagedParam* p = state->param_by_impl.at(user_param.unsafeGetTensorImpl());
@@ -428,22 +446,61 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
 
 // ---- GatheredParameters -----------------------------------------------------------------------
 
-GatheredParameters::GatheredParameters(Engine& engine, const Module& module)
-    : state_(engine.state_) {
+GatheredParameters::GatheredParameters(Engine& engine, const Module& module, std::optional<int> modifier_rank)
+    : state_(engine.state_), modifier_rank_(modifier_rank) {
   state_->require_live("GatheredParameters");
+  const int world = state_->comm.world_size();
+  if (modifier_rank && (*modifier_rank < 0 || *modifier_rank >= world))
+    throw UsageError("GatheredParameters: modifier rank " + std::to_string(*modifier_rank) + " is outside a world of " +
+                     std::to_string(world));
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& t : module.parameters(/*recurse=*/true)) {
     auto it = state_->param_by_impl.find(t.unsafeGetTensorImpl());
     if (it == state_->param_by_impl.end() || !seen.insert(it->first).second) continue;
     ManagedParam& p = *it->second;
-    if (p.persistent || p.status == ParamStatus::Available) continue;
+    if (p.placed()) continue;
+    if (p.persistent) {
+      persistent_.push_back(p.id);
+      persistent_before_.push_back(p.param.detach().clone());
+      continue;
+    }
+    if (p.status == ParamStatus::Available) continue;  // whole already: whoever gathered it releases it
     state_->partitioner.gather(p);
     gathered_.push_back(p.id);
   }
 }
 
+void GatheredParameters::publish_edits() {
+  if (!modifier_rank_) throw UsageError("GatheredParameters::publish_edits: no modifier rank was given");
+  if (published_) throw UsageError("GatheredParameters::publish_edits: called twice");
+  state_->require_live("GatheredParameters::publish_edits");
+  EngineState& s = *state_;
+  const bool own_copy = s.options.fault == Fault::gathered_edit_not_published;  // the planted fault
+  at::NoGradGuard no_grad;
+  for (int64_t id : gathered_) {
+    ManagedParam& p = *s.params.at(id);
+    at::Tensor full = p.param.detach().to(p.master.scalar_type()).reshape({-1}).clone();
+    if (!own_copy) s.comm.broadcast(full, *modifier_rank_);
+    p.param.detach().view({-1}).copy_(full);
+    p.master.copy_(p.layout.shard_of(full, s.comm.rank()));
+    s.partitioner.plant_padding_garbage(p);
+  }
+  for (int64_t id : persistent_) {
+    ManagedParam& p = *s.params.at(id);
+    at::Tensor whole = p.param.detach().clone();
+    if (!own_copy) s.comm.broadcast(whole, *modifier_rank_);
+    p.param.detach().copy_(whole);
+  }
+  published_ = true;
+}
+
 GatheredParameters::~GatheredParameters() {
   if (state_->released) return;
+  if (!published_) {  // the edits are dropped: persistent parameters take back their values
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < persistent_.size(); ++i)
+      state_->params.at(persistent_[i])->param.detach().copy_(persistent_before_[i]);
+  }
   for (int64_t id : gathered_) state_->partitioner.release(*state_->params.at(id));
 }
 

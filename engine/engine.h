@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,16 @@ struct ParamResidency {
   std::vector<HeldTensor> tensors;
 };
 
+// What a load restores besides the parameters and their fp32 masters (harness/SCENARIO_FORMAT.md's
+// option matrix, DeepSpeed's load_checkpoint arguments): by default everything; without
+// optimizer_states the optimizer's state stays as it was; with module_only the step counters
+// stay too (module_only wins over optimizer_states).
+struct LoadOptions {
+  bool optimizer_states = true;
+  bool module_only = false;
+  bool restores_optimizer_state() const { return optimizer_states && !module_only; }
+};
+
 class Engine {
  public:
   ~Engine();
@@ -159,9 +170,23 @@ class Engine {
   // Loads the checkpoint in `dir`, saved by any world size, into this world: parameters are
   // re-cut for this world's shards, placed modules' parameters and optimizer state go to their
   // owners here. Everything is read and verified (checkpoint_reader.h) before anything changes.
-  // Collective. Throws CheckpointError naming the file and what is wrong (missing, truncated,
-  // damaged, another model or optimizer kind); the engine is unchanged then.
-  void load_checkpoint(const std::string& dir);
+  // `options` says what else it restores (LoadOptions); the optimizer's kind must match only
+  // when its state is restored. Collective. Throws CheckpointError naming the file and what is
+  // wrong (missing, truncated, damaged, another model or optimizer kind); the engine is
+  // unchanged then.
+  void load_checkpoint(const std::string& dir, const LoadOptions& options = LoadOptions());
+
+  // Tagged checkpoints in one folder, laid out as DeepSpeed lays them out: the checkpoint of
+  // `tag` in <folder>/<tag> (save_checkpoint's format), and the file <folder>/latest naming the
+  // last tag saved, replaced atomically after the checkpoint is in place. Collective.
+  // Throws UsageError when `tag` breaks the tag rule (engine/checkpoint_tag.h), and what
+  // save_checkpoint throws.
+  void save_checkpoint_tagged(const std::string& folder, const std::string& tag);
+  // Loads the checkpoint of `tag` from `folder`, or, with an empty tag, the one <folder>/latest
+  // names. Collective. Throws UsageError when `tag` breaks the tag rule, CheckpointError when
+  // latest is missing or names no valid tag, and what load_checkpoint throws.
+  void load_checkpoint_tagged(const std::string& folder, const std::string& tag,
+                              const LoadOptions& options = LoadOptions());
 
  private:
   friend std::unique_ptr<Engine> initialize(std::shared_ptr<Module>, torch::optim::Optimizer&,
@@ -180,18 +205,38 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
                                    const Config& config, Comm& comm,
                                    EngineOptions options = EngineOptions());
 
-// Gathers full parameters of `module` (and its descendants) for reading while it lives, like
-// DeepSpeed's GatheredParameters; releases them after. Collective on construction.
+// Gathers the full parameters of `module` (and its descendants) while it lives, like DeepSpeed's
+// GatheredParameters, and releases them after. Placed parameters (whole on their owner, nothing
+// elsewhere) are not part of it.
+//
+// Edits: with a modifier rank, what that rank writes into the gathered parameters becomes every
+// rank's when publish_edits() is called: each parameter is broadcast from the modifier rank and
+// written into every rank's shard and fp32 master (persistent parameters whole). Without a
+// modifier rank, or without that call, edits are dropped: the destructor restores the persistent
+// parameters and releases the partitioned ones, whose shards never saw the edit. publish_edits()
+// is an explicit call, not the destructor's work, because a collective can fail and a destructor
+// must not throw.
 class GatheredParameters {
  public:
-  GatheredParameters(Engine& engine, const Module& module);
+  // Collective on construction (an all-gather per partitioned parameter). Throws UsageError when
+  // the engine is released or `modifier_rank` is not a rank of the world.
+  GatheredParameters(Engine& engine, const Module& module, std::optional<int> modifier_rank = std::nullopt);
   ~GatheredParameters();
   GatheredParameters(const GatheredParameters&) = delete;
   GatheredParameters& operator=(const GatheredParameters&) = delete;
 
+  // Makes the modifier rank's edits every rank's (above). Collective (a broadcast per gathered
+  // or persistent parameter). Throws UsageError without a modifier rank or when called twice,
+  // and what the comm throws (a timeout: the parameters are then released unpublished).
+  void publish_edits();
+
  private:
   std::shared_ptr<EngineState> state_;
-  std::vector<int64_t> gathered_;
+  std::vector<int64_t> gathered_;    // partitioned parameters gathered here
+  std::vector<int64_t> persistent_;  // persistent parameters of the module
+  std::vector<at::Tensor> persistent_before_;  // their values on entry (restored unless published)
+  std::optional<int> modifier_rank_;
+  bool published_ = false;
 };
 
 }  // namespace zero3

@@ -2,8 +2,10 @@
 // parameters.
 #include <gtest/gtest.h>
 
+#include "engine/checkpoint_tag.h"
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/optimizer_rebuild.h"
 #include "engine/tests/test_configs.h"
 #include "engine/testing/training.h"
 #include "engine/testing/fault_under_test.h"
@@ -119,6 +121,74 @@ TEST(Checkpoint, AnotherWorldSizeLoadsAndAnotherModelOrACorruptFileIsRefused) {
   EXPECT_THROW(run("mlp", 3, [&](Engine& engine, Comm&) { engine.load_checkpoint(dir); }), zerocheck::RankFailure);
   fs::remove_all(dir);
   fs::remove_all(other);
+}
+
+// Tagged checkpoints in one folder: a load names its tag (or takes the latest), and its options
+// say what else it restores (LoadOptions): without optimizer states the optimizer keeps its own
+// state and the step counter comes back; module_only keeps the counter too.
+TEST(Checkpoint, TaggedLoadsRestoreTheirTagAndWhatTheirOptionsSay) {
+  const std::string folder = fresh_dir("tagged");
+  zerocheck::make_world(2)->run([&](Comm& comm) {
+    const auto spec = zerocheck::model_spec("odd");
+    auto model = spec.build(4);
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.05));
+    auto engine = initialize(model, user, all_partitioned(), comm, EngineOptions{zerocheck::fault_under_test()});
+    auto masters = [&] {
+      std::vector<at::Tensor> out;
+      for (const auto& p : engine->params()) out.push_back(p.master.detach().clone());
+      return out;
+    };
+    auto state = [&] {
+      std::vector<at::Tensor> out;
+      for (const auto& p : engine->params()) {
+        const at::Tensor t = state_tensors_of(engine->optimizer(), p.master);
+        out.push_back(t.defined() ? t.clone() : at::Tensor());
+      }
+      return out;
+    };
+    auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].defined() != b[i].defined() || (a[i].defined() && !at::equal(a[i], b[i]))) return false;
+      return true;
+    };
+    train_step(*engine, spec, 0, comm.rank());
+    engine->save_checkpoint_tagged(folder, "a");
+    const auto masters_a = masters();
+    const auto state_a = state();
+    const int64_t steps_a = engine->micro_steps();
+    train_step(*engine, spec, 1, comm.rank());
+    engine->save_checkpoint_tagged(folder, "b");
+    const auto masters_b = masters();
+    train_step(*engine, spec, 2, comm.rank());
+
+    engine->load_checkpoint_tagged(folder, "a");
+    EXPECT_TRUE(same(masters(), masters_a)) << "the load of tag a restored another checkpoint";
+    EXPECT_TRUE(same(state(), state_a));
+    EXPECT_EQ(engine->micro_steps(), steps_a);
+    engine->load_checkpoint_tagged(folder, "");  // the latest: b
+    EXPECT_TRUE(same(masters(), masters_b));
+
+    train_step(*engine, spec, 3, comm.rank());
+    const auto state_now = state();
+    engine->load_checkpoint_tagged(folder, "a", LoadOptions{/*optimizer_states=*/false, /*module_only=*/false});
+    EXPECT_TRUE(same(masters(), masters_a));
+    EXPECT_TRUE(same(state(), state_now)) << "without optimizer states the optimizer keeps its own";
+    EXPECT_EQ(engine->micro_steps(), steps_a);
+
+    train_step(*engine, spec, 4, comm.rank());
+    const auto state_then = state();
+    const int64_t steps_then = engine->micro_steps();
+    engine->load_checkpoint_tagged(folder, "b", LoadOptions{/*optimizer_states=*/true, /*module_only=*/true});
+    EXPECT_TRUE(same(masters(), masters_b));
+    EXPECT_TRUE(same(state(), state_then)) << "module_only keeps the optimizer's state";
+    EXPECT_EQ(engine->micro_steps(), steps_then) << "module_only keeps the step counter";
+
+    EXPECT_THROW(engine->save_checkpoint_tagged(folder, "../escape"), UsageError);
+    EXPECT_THROW(engine->load_checkpoint_tagged(folder, "latest"), UsageError);
+    EXPECT_THROW(engine->load_checkpoint_tagged(folder, "never-saved"), CheckpointError);
+  });
+  fs::remove_all(folder);
 }
 
 }  // namespace

@@ -102,6 +102,35 @@ TEST(Initialize, BadConfigIsAConfigErrorNamingTheKey) {
   });
 }
 
+// A config checked after the engine has partitioned the model: the refusal gives the model its
+// data back and takes its hooks off, so the user's own forward and a valid initialize still work.
+TEST(Initialize, RefusedConfigLeavesTheModelAsItWas) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
+    auto model = two_linears();
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+    std::vector<at::Tensor> before;
+    for (const auto& p : unique_parameters(*model)) before.push_back(p.detach().clone());
+    Config bad = all_partitioned();
+    bad.zero_optimization.stage = 4;
+    try {
+      initialize(model, user, bad, comm);
+      FAIL() << "accepted zero_optimization.stage 4";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("$.zero_optimization.stage: value 4 is out of range", 0), 0u) << e.what();
+    }
+    const auto after = unique_parameters(*model);
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < before.size(); ++i) {
+      EXPECT_TRUE(after[i].sizes() == before[i].sizes() && at::equal(after[i].detach(), before[i]))
+          << "parameter " << i << " is not as it was";
+      EXPECT_TRUE(after[i].requires_grad());
+    }
+    EXPECT_NO_THROW((*model)(at::ones({2, 3})));
+    auto engine = initialize(model, user, all_partitioned(), comm);  // the registry holds nothing of it
+    EXPECT_EQ(engine->params().size(), before.size());
+  });
+}
+
 TEST(Engine, ReleasedEngineRefusesWorkAndRestoresTheModel) {
   zerocheck::make_world(2)->run([](Comm& comm) {
     auto model = two_linears();

@@ -72,6 +72,47 @@ TEST(Lifecycle, FullDataOnlyWhileTheModuleRuns) {
   });
 }
 
+// An edit inside a gathered scope: kept on every rank, as the modifier rank made it, only when
+// published; dropped otherwise.
+TEST(Lifecycle, GatheredEditsArePublishedFromTheModifierRankOrDropped) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
+    auto model = std::make_shared<Sequential>();
+    model->push_back(std::make_shared<Linear>(4, 4));
+    model->push_back(std::make_shared<Linear>(4, 2));
+    init_parameters(*model, 5);
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
+    auto engine = initialize(model, user, all_partitioned(), comm);
+    auto whole = [&] {
+      std::vector<at::Tensor> out;
+      GatheredParameters gathered(*engine, *model);
+      for (const auto& p : unique_parameters(*model)) out.push_back(p.detach().clone());
+      return out;
+    };
+    const auto before = whole();
+    {
+      GatheredParameters gathered(*engine, *model);  // no modifier rank: every rank edits its own copy
+      at::NoGradGuard no_grad;
+      for (auto& p : unique_parameters(*model)) p.mul_(3.0);
+      EXPECT_THROW(gathered.publish_edits(), UsageError);
+    }
+    const auto unchanged = whole();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(unchanged[i], before[i])) << i;
+    {
+      GatheredParameters gathered(*engine, *model, /*modifier_rank=*/1);
+      if (comm.rank() == 1) {
+        at::NoGradGuard no_grad;
+        for (auto& p : unique_parameters(*model)) p.mul_(2.0);
+      }
+      gathered.publish_edits();
+      EXPECT_THROW(gathered.publish_edits(), UsageError);
+    }
+    for (const auto& p : engine->params()) EXPECT_EQ(p.param.numel(), 0) << p.path << " stayed gathered";
+    const auto edited = whole();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(edited[i], before[i] * 2.0)) << i;
+    EXPECT_THROW(GatheredParameters(*engine, *model, 2), UsageError);
+  });
+}
+
 TEST(Lifecycle, PersistentParametersStayWhole) {
   zerocheck::make_world(2)->run([](Comm& comm) {
     auto root = std::make_shared<Sequential>();

@@ -79,11 +79,6 @@ class ScenarioRunner {
     deferred_traffic_.reset();
     dense_losses_.clear();
     OpOutcome outcome;
-    if (auto why = not_run_yet(op)) {
-      outcome = skipped(*why);
-      outcome.kind = op.kind;
-      return outcome;
-    }
     switch (op.kind) {
       case OpKind::initialize: outcome = initialize(op); break;
       case OpKind::forward: outcome = forward(op); break;
@@ -94,9 +89,9 @@ class ScenarioRunner {
       case OpKind::del_attr: outcome = write_attr(op); break;
       case OpKind::release: outcome = release(false); break;
       case OpKind::destroy: outcome = release(true); break;
-      case OpKind::save: outcome = save(); break;
+      case OpKind::save: outcome = save(op); break;
       case OpKind::load: outcome = load(op); break;
-      case OpKind::gather: break;  // not_run_yet
+      case OpKind::gather: outcome = gather(op); break;
     }
     outcome.kind = op.kind;
     sweep();
@@ -112,17 +107,6 @@ class ScenarioRunner {
     if (options_.twin_observer && twin_ && comm_.rank() == 0)
       twin_->read([&](const model::DenseTwin& twin) { options_.twin_observer(index, op.kind, twin, dense_losses_); });
     return outcome;
-  }
-
-  // zerocheck-scenario/2's checkpoint options and life-cycle operations reach our engine in the
-  // commits after the language's (issue 29): until then they are skipped, never run as something
-  // else.
-  static std::optional<std::string> not_run_yet(const Op& op) {
-    const Op defaults;
-    if (op.kind == OpKind::gather || op.config_error != defaults.config_error || op.tag ||
-        op.optimizer_states != defaults.optimizer_states || op.module_only != defaults.module_only)
-      return std::string("not run on this engine yet: ") + to_string(op.kind) + " with zerocheck-scenario/2 options";
-    return std::nullopt;
   }
 
   zero3::Engine* engine() { return engine_.get(); }
@@ -258,6 +242,7 @@ class ScenarioRunner {
     const std::unordered_set<const Module*>& new_tree = subtree->modules;
     model::InitializeFacts facts;
     facts.engine_live = engine_ != nullptr;
+    const zero3::Config config = model::config_with_error(w_.config, op.config_error, comm_.world_size());
     if (engine_tree_)
       for (const Module* m : *engine_tree_) facts.overlaps_live_engine |= new_tree.count(m) > 0;
     const bool same_optimizer = op.optimizer == "same" && user_optimizer_ != nullptr;
@@ -272,39 +257,50 @@ class ScenarioRunner {
     if (!model::predict_initialize(facts)) {
       expected = model::expect(target, w_.config.placement,
                                w_.config.zero_optimization.stage3_param_persistence_threshold, comm_.world_size());
-      const int64_t batch = w_.config.train_batch_size;
-      facts.batch_sizes_consistent =
-          batch == 0 || batch == w_.config.train_micro_batch_size_per_gpu * w_.config.gradient_accumulation_steps *
-                                     comm_.world_size();
       facts.placement_evaluates = std::holds_alternative<model::Expectation>(expected);
+      facts.config_valid = op.config_error == schema::ConfigErrorKind::none;  // the reader checked the scenario's
       facts.optimizer_covers_target = covers_exactly(*optimizer, subtree->trainable);
     }
     const std::optional<std::string> predicted = model::predict_initialize(facts);
     const bool repeat_refused = predicted == std::optional<std::string>(zero3::kind_name<zero3::AlreadyInitialized>());
+    const bool config_refused = predicted == std::optional<std::string>(zero3::kind_name<zero3::ConfigError>()) &&
+                                op.config_error != schema::ConfigErrorKind::none;
 
     // What a refused call must leave as it found: the attributes as they are now (deep copies,
     // not the ledger: I1 judges the user's writes, I5 only this call) and the live shards.
     std::optional<model::AttributeLedger> attrs_before;
     std::vector<at::Tensor> masters_before;
-    if (repeat_refused) {
+    std::vector<oracles::ParameterSnapshot> model_before;
+    if (repeat_refused || config_refused) {
       attrs_before = ledger_of(model_);
       const NotChargedToTheRank harness;
-      for (const auto& p : observe()) masters_before.push_back(p.master.detach().clone());
+      if (engine_)
+        for (const auto& p : observe()) masters_before.push_back(p.master.detach().clone());
+      if (config_refused) model_before = oracles::snapshot_parameters(model_);
     }
 
     std::unique_ptr<zero3::Engine> created;
     std::string raised, message;
     try {
-      created = zero3::initialize(target, *optimizer, w_.config, comm_, zero3::EngineOptions(options_.fault));
+      created = zero3::initialize(target, *optimizer, config, comm_, zero3::EngineOptions(options_.fault));
     } catch (const zero3::Error& e) {
       raised = zero3::error_kind(e);
       if (!model::is_predicted_refusal(raised)) throw;  // no refusal the model knows: unexpected (I7)
       message = e.what();
     }
     require(oracles::initialize_outcome(predicted, created != nullptr, raised, op.target));
-    if (repeat_refused) {
+    if (repeat_refused || config_refused) {
       require(oracles::attributes(*attrs_before, "I5"));
-      require(oracles::refused_changed_nothing(masters_before, observe()));
+      if (engine_) require(oracles::refused_changed_nothing(masters_before, observe()));
+    }
+    if (config_refused && !created) {
+      // Nothing the refused engine built may stay: the model is as it was, and the user can run
+      // it (no live engine manages it, or the refusal would have been AlreadyInitialized).
+      {
+        const NotChargedToTheRank harness;
+        require(oracles::model_unchanged(model_before, oracles::snapshot_parameters(model_), op.target));
+      }
+      if (found_.empty()) require(plain_forward_works(*target, op.target));
     }
     if (predicted || !created) {
       // Only with an oracle switched off (or a run that goes on after a violation) does an
@@ -323,6 +319,7 @@ class ScenarioRunner {
       return out;
     }
     engine_ = std::move(created);
+    micro_steps_ = 0;
     engine_target_ = op.target;
     engine_tree_ = &new_tree;
     engine_optimizer_ = optimizer;
@@ -333,11 +330,64 @@ class ScenarioRunner {
     traces_.clear();
     if (!w_.resume_from.empty()) {  // a resumed run: the engine loads the checkpoint, the twin
       engine_->load_checkpoint(w_.resume_from);  // what the workload's history saved
+      micro_steps_ = engine_->micro_steps();      // the resumed run's (the twin checks its numbers)
       if (twin_) twin_call(TwinCall(TwinCall::Kind::load));
       return applied(fmt::format("engine over '{}' ({} parameters), resumed from {}", op.target,
                                  engine_->params().size(), w_.resume_from));
     }
     return applied(fmt::format("engine over '{}' ({} parameters)", op.target, engine_->params().size()));
+  }
+
+  // I5: the user's own forward of `module` (no engine, no gradient) runs after a refused
+  // initialize.
+  oracles::Result plain_forward_works(Module& module, const std::string& target) {
+    const NotChargedToTheRank harness;
+    try {
+      at::NoGradGuard no_grad;
+      zero3::Route route;
+      module(w_.batch(index_, comm_.rank()).input, route);
+    } catch (const std::exception& e) {
+      return oracles::violation("I5", target, "", "a plain forward of the model", failure_text(e),
+                                "the model does not run after a refused initialize");
+    }
+    return std::nullopt;
+  }
+
+  OpOutcome gather(const Op& op) {
+    if (!engine_) return skipped("no live engine");
+    const auto found = modules_.find(op.module);
+    if (found == modules_.end()) return skipped(fmt::format("no module '{}'", op.module));
+    const std::shared_ptr<Module>& target = subtree_at(engine_target_)->root;
+    if (!subtree_at(engine_target_)->modules.count(found->second.get()))
+      return skipped(fmt::format("module '{}' is outside the engine's model '{}'", op.module, engine_target_));
+    const std::vector<const model::ExpectedParam*> reached = model::gathered_params(*expectation_, *found->second, target);
+    const bool publish = op.modifier_rank.has_value();
+    std::map<std::string, at::Tensor> by_path;
+    for (auto& [path, tensor] : unique_named_parameters(target)) by_path.emplace(path, tensor);
+    const auto before = stats();
+    {
+      zero3::GatheredParameters gathered(*engine_, *found->second, op.modifier_rank);
+      if (!publish || comm_.rank() == *op.modifier_rank) {  // the user's edit, in place
+        at::NoGradGuard no_grad;
+        for (const model::ExpectedParam* p : reached) by_path.at(p->path).mul_(op.scale);
+      }
+      if (publish) gathered.publish_edits();
+    }
+    pending_ = at::Tensor();  // parameters changed in place: a pending graph is stale
+    std::optional<model::Traffic> expected;
+    if (twin_) expected = model::gather_traffic(reached, publish, comm_.world_size());
+    deferred_traffic_ = MeasuredTraffic{"gather", expected, model::traffic_between(before, stats())};
+    if (twin_) {
+      twin_call(TwinCall(TwinCall::Kind::drop_pending));
+      if (publish) {
+        TwinCall call(TwinCall::Kind::scale);
+        for (const model::ExpectedParam* p : reached) call.paths.push_back(p->path);
+        call.scale = op.scale;
+        twin_call(std::move(call));
+      }
+    }
+    return applied(fmt::format("ok; {} parameters gathered, {}", reached.size(),
+                               publish ? fmt::format("rank {}'s edit kept", *op.modifier_rank) : "no edit kept"));
   }
 
   OpOutcome forward(const Op& op) {
@@ -397,6 +447,7 @@ class ScenarioRunner {
     pending_ = at::Tensor();
     const auto before = stats();
     engine_->step();
+    ++micro_steps_;
     deferred_traffic_ = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, stats())};
     if (twin_) twin_call(TwinCall(TwinCall::Kind::step));
     return applied("ok");
@@ -455,19 +506,29 @@ class ScenarioRunner {
     return applied("ok");
   }
 
-  OpOutcome save() {
+  OpOutcome save(const Op& op) {
     if (!engine_) return skipped("no live engine");
-    engine_->save_checkpoint(dir_);
-    saved_target_ = engine_target_;
+    // An untagged save writes DeepSpeed's default tag, from the model's count of step() calls.
+    const std::string tag =
+        op.tag ? *op.tag : model::default_tag(micro_steps_, w_.config.gradient_accumulation_steps);
+    engine_->save_checkpoint_tagged(dir_, tag);
+    latest_tag_ = tag;
+    SavedCheckpoint& saved = saved_[tag];
+    saved.target = engine_target_;
+    saved.micro_steps = micro_steps_;
     {
       const NotChargedToTheRank harness;
-      saved_masters_.clear();
-      for (const auto& p : observe()) saved_masters_.push_back(p.master.detach().clone());
-      saved_optimizer_state_ = optimizer_state_fingerprint();
+      saved.masters.clear();
+      for (const auto& p : observe()) saved.masters.push_back(p.master.detach().clone());
+      saved.optimizer_state = optimizer_state_fingerprint();
     }
-    if (twin_) twin_call(TwinCall(TwinCall::Kind::save));
+    if (twin_) {
+      TwinCall call(TwinCall::Kind::save);
+      call.tag = tag;
+      twin_call(std::move(call));
+    }
     if (twin_ && enabled("I6")) require(check_consolidated().violation);
-    return applied("ok");
+    return applied(fmt::format("ok; tag '{}'", tag));
   }
 
   // A cheap, exact summary of the engine optimizer's state: every state tensor, in parameter
@@ -484,13 +545,38 @@ class ScenarioRunner {
 
   OpOutcome load(const Op& op) {
     if (!engine_) return skipped("no live engine");
-    if (!saved_target_ || *saved_target_ != engine_target_) return skipped("no checkpoint of this engine's model");
+    if (!op.tag && !latest_tag_) return skipped("no checkpoint saved");
+    const std::string tag = op.tag ? *op.tag : *latest_tag_;
+    const auto saved = saved_.find(tag);
+    if (saved == saved_.end()) return skipped(fmt::format("no checkpoint saved under tag '{}'", tag));
+    if (saved->second.target != engine_target_)
+      return skipped(fmt::format("the checkpoint of tag '{}' is of another model", tag));
     pending_ = at::Tensor();  // as with step: the graph would be stale
-    engine_->load_checkpoint(dir_);
-    require(oracles::round_trip(saved_masters_, saved_optimizer_state_, observe(), optimizer_state_fingerprint(),
+    const model::LoadEffect effect = model::load_effect(op.optimizer_states, op.module_only);
+    // Per the option matrix: the parameters and masters are the checkpoint's; the optimizer state
+    // and the step counter the checkpoint's or as they are now.
+    const at::Tensor state_expected = effect.optimizer_state ? saved->second.optimizer_state : optimizer_state_fingerprint();
+    const int64_t steps_expected = effect.step_counters ? saved->second.micro_steps : micro_steps_;
+    engine_->load_checkpoint_tagged(dir_, op.tag.value_or(""), zero3::LoadOptions{op.optimizer_states, op.module_only});
+    require(oracles::round_trip(saved->second.masters, state_expected, observe(), optimizer_state_fingerprint(),
                                 engine_target_));
-    if (twin_) twin_call(TwinCall(TwinCall::Kind::load));
-    if (op.world_size == 0) return applied("ok");
+    require(oracles::step_counter(steps_expected, engine_->micro_steps(), engine_target_));
+    micro_steps_ = steps_expected;
+    if (twin_) {
+      TwinCall call(TwinCall::Kind::load);
+      call.tag = tag;
+      call.effect = effect;
+      twin_call(std::move(call));
+    }
+    const std::string what = fmt::format("ok; tag '{}'{}", tag,
+                                         op.module_only             ? ", module only"
+                                         : !op.optimizer_states ? ", without optimizer states"
+                                                                    : "");
+    if (op.world_size == 0) return applied(what);
+    // A second world starts with a fresh optimizer: it could keep no state of its own, so only a
+    // load that restores everything is resumed there.
+    if (!effect.optimizer_state || !effect.step_counters)
+      return applied(what + fmt::format("; no world of {} made (a partial load resumes nothing)", op.world_size));
     // This world now holds exactly what it saved (I6 above), so what it holds whole is what any
     // world must hold after loading the same checkpoint.
     std::vector<oracles::WholeParam> here;
@@ -499,18 +585,18 @@ class ScenarioRunner {
       here = oracles::gather_whole_state(*engine_);
     }
     if (comm_.rank() != 0) {
-      OpOutcome outcome = applied(fmt::format("ok; rank 0 loads it into a world of {} too", op.world_size));
+      OpOutcome outcome = applied(what + fmt::format("; rank 0 loads it into a world of {} too", op.world_size));
       outcome.side_world = op.world_size;
       return outcome;
     }
-    return load_in_side_world(op.world_size, here);
+    return load_in_side_world(op.world_size, tag, here);
   }
 
   // Rank 0 loads the checkpoint into a second world of `m` ranks, threads of this process: the
   // model built afresh (other initial values are overwritten by the load), the same target
   // initialized with a new optimizer of the workload's kind, as a user resuming on another
   // cluster would. What that world holds whole must equal `here` (I6).
-  OpOutcome load_in_side_world(int m, const std::vector<oracles::WholeParam>& here) {
+  OpOutcome load_in_side_world(int m, const std::string& tag, const std::vector<oracles::WholeParam>& here) {
     OpOutcome outcome;
     outcome.side_world = m;
     const std::shared_ptr<Module> fresh = modules_by_path(w_.build()).at(engine_target_);
@@ -534,7 +620,7 @@ class ScenarioRunner {
         const std::shared_ptr<Module> model = modules_by_path(w_.build()).at(engine_target_);
         auto optimizer = w_.optimizer(trainable_parameters(*model));
         auto engine = zero3::initialize(model, *optimizer, config, comm, zero3::EngineOptions(options_.fault));
-        engine->load_checkpoint(dir_);
+        engine->load_checkpoint_tagged(dir_, tag);
         const NotChargedToTheRank harness;
         auto whole = oracles::gather_whole_state(*engine);
         if (comm.rank() == 0) there = std::move(whole);
@@ -576,9 +662,16 @@ class ScenarioRunner {
   std::optional<MeasuredTraffic> deferred_traffic_;  // checked after the sweep: I8 comes last
   std::vector<Violation> found_;  // this operation's, when the run goes on after one
   std::vector<double> dense_losses_;  // the twin's losses by rank, this operation's forward
-  std::optional<std::string> saved_target_;
-  std::vector<at::Tensor> saved_masters_;
-  at::Tensor saved_optimizer_state_;
+  // The checkpoints saved in dir_, by tag, with what each must restore (I6), and the last tag.
+  struct SavedCheckpoint {
+    std::string target;
+    std::vector<at::Tensor> masters;
+    at::Tensor optimizer_state;
+    int64_t micro_steps = 0;
+  };
+  std::map<std::string, SavedCheckpoint> saved_;
+  std::optional<std::string> latest_tag_;
+  int64_t micro_steps_ = 0;  // the model's count of the live engine's step() calls
 };
 
 RankInterpreter::RankInterpreter(const model::Workload& workload, zero3::Comm& comm, const RunOptions& options,

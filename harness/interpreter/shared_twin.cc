@@ -48,8 +48,9 @@ TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const model
     case TwinCall::Kind::drop_pending: twin.drop_pending(); break;
     case TwinCall::Kind::step: twin.step(); break;
     case TwinCall::Kind::zero_grad: twin.zero_grad(); break;
-    case TwinCall::Kind::save: twin.save(); break;
-    case TwinCall::Kind::load: twin.load(); break;
+    case TwinCall::Kind::save: twin.save(call.tag); break;
+    case TwinCall::Kind::load: twin.load(call.tag, call.effect); break;
+    case TwinCall::Kind::scale: twin.scale_parameters(call.paths, call.scale); break;
   }
   return out;
 }
@@ -77,7 +78,9 @@ TwinCall TwinCall::forward_of(const model::Workload& workload, int64_t index, co
 }
 
 bool operator==(const TwinCall& a, const TwinCall& b) {
-  if (a.kind != b.kind || a.target != b.target || a.index != b.index || a.routes.size() != b.routes.size())
+  if (a.kind != b.kind || a.target != b.target || a.index != b.index || a.routes.size() != b.routes.size() ||
+      a.tag != b.tag || a.effect.optimizer_state != b.effect.optimizer_state ||
+      a.effect.step_counters != b.effect.step_counters || a.paths != b.paths || a.scale != b.scale)
     return false;
   for (size_t r = 0; r < a.routes.size(); ++r)
     if (!same_route(a.routes[r], b.routes[r])) return false;

@@ -140,28 +140,45 @@ void DenseTwin::zero_grad() {
     if (a.defined()) a.zero_();
 }
 
-void DenseTwin::save() {
-  saved_params_.clear();
-  for (auto& [name, p] : params_) saved_params_.push_back(p.detach().clone());
-  copy_state(optimizer_->state(), saved_optimizer_);
-  saved_micro_steps_ = micro_steps_;
+void DenseTwin::save(const std::string& tag) {
+  Snapshot& snapshot = saved_[tag];
+  snapshot.params.clear();
+  for (auto& [name, p] : params_) snapshot.params.push_back(p.detach().clone());
+  copy_state(optimizer_->state(), snapshot.optimizer);
+  snapshot.micro_steps = micro_steps_;
 }
 
-void DenseTwin::load() {
+void DenseTwin::load(const std::string& tag, LoadEffect effect) {
+  const Snapshot& snapshot = saved_.at(tag);
   pending_.clear();
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(saved_params_[i]);
-  copy_state(saved_optimizer_, optimizer_->state());
-  micro_steps_ = saved_micro_steps_;
-  // A load resumes training as if it had never stopped: a parameter the checkpoint's optimizer
-  // has stepped had a gradient, which zero_grad keeps as zeros, so it keeps stepping even where
-  // a backward does not reach it. A twin retargeted since (a fresh engine: no gradients yet)
-  // gets that zero gradient here, as the engine's load gives one (engine/checkpoint.cc).
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(snapshot.params[i]);
+  if (effect.optimizer_state) copy_state(snapshot.optimizer, optimizer_->state());
+  if (effect.step_counters) micro_steps_ = snapshot.micro_steps;
+  // A load resumes training as if it had never stopped: a parameter the optimizer has stepped
+  // (the checkpoint's, or its own when its state stays) had a gradient, which zero_grad keeps as
+  // zeros, so it keeps stepping even where a backward does not reach it. A twin retargeted since
+  // (a fresh engine: no gradients yet) gets that zero gradient here, as the engine's load gives
+  // one (engine/checkpoint.cc).
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i].second;
     if (p.requires_grad() && !accum_[i].defined() && zero3::state_numel_of(*optimizer_, p) > 0)
       accum_[i] = at::zeros_like(p);
   }
+}
+
+void DenseTwin::scale_parameters(const std::vector<std::string>& paths, double scale) {
+  pending_.clear();  // parameters change in place: a pending graph is stale
+  at::NoGradGuard no_grad;
+  for (const std::string& path : paths) param(path).mul_(scale);
+}
+
+LoadEffect load_effect(bool optimizer_states, bool module_only) {
+  return LoadEffect{optimizer_states && !module_only, !module_only};
+}
+
+std::string default_tag(int64_t micro_steps, int64_t gradient_accumulation_steps) {
+  return "global_step" + std::to_string(micro_steps / gradient_accumulation_steps);
 }
 
 at::Tensor DenseTwin::param(const std::string& path) const {

@@ -128,9 +128,9 @@ std::optional<std::string> predict_initialize(const InitializeFacts& facts) {
   using zero3::kind_name;
   if (facts.engine_live && (facts.overlaps_live_engine || facts.optimizer_held_by_live_engine))
     return kind_name<zero3::AlreadyInitialized>();
-  if (!facts.batch_sizes_consistent) return kind_name<zero3::ConfigError>();
   if (!facts.placement_evaluates) return kind_name<zero3::PlacementError>();
   if (!facts.optimizer_covers_target) return kind_name<zero3::OptimizerMismatch>();
+  if (!facts.config_valid) return kind_name<zero3::ConfigError>();
   return std::nullopt;
 }
 
@@ -140,6 +140,26 @@ bool is_predicted_refusal(const std::string& kind) {
                               kind_name<zero3::PlacementError>(), kind_name<zero3::OptimizerMismatch>()})
     if (kind == refusal) return true;
   return false;
+}
+
+}  // namespace zerocheck::model
+
+namespace zerocheck::model {
+
+zero3::Config config_with_error(const zero3::Config& config, schema::ConfigErrorKind error, int world_size) {
+  zero3::Config bad = config;
+  switch (error) {
+    case schema::ConfigErrorKind::none: break;
+    case schema::ConfigErrorKind::train_batch_size:
+      bad.train_batch_size = config.train_micro_batch_size_per_gpu * config.gradient_accumulation_steps * world_size + 1;
+      break;
+    case schema::ConfigErrorKind::zero_stage: bad.zero_optimization.stage = 4; break;
+    case schema::ConfigErrorKind::micro_batch:
+      bad.train_micro_batch_size_per_gpu = 0;
+      bad.train_batch_size = 0;  // one thing wrong: a set batch size would disagree as well
+      break;
+  }
+  return bad;
 }
 
 }  // namespace zerocheck::model

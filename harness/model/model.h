@@ -122,11 +122,16 @@ struct InitializeFacts {
   bool engine_live = false;
   bool overlaps_live_engine = false;       // the target shares a module with the live engine's
   bool optimizer_held_by_live_engine = false;
-  bool batch_sizes_consistent = true;      // train_batch_size = micro * accumulation * N, or 0
   bool placement_evaluates = true;         // expect() returned an Expectation
   bool optimizer_covers_target = true;     // exactly the target's trainable parameters
+  // Every key within its range and train_batch_size = micro * accumulation * N (or 0). The engine
+  // checks it last, after it has partitioned the parameters (what it must then undo).
+  bool config_valid = true;
 };
 std::optional<std::string> predict_initialize(const InitializeFacts& facts);
+// Returns `config` with the one thing `error` names wrong (schema.h's ZEROCHECK_CONFIG_ERRORS) for
+// a world of `world_size` ranks; `config` itself for ConfigErrorKind::none.
+zero3::Config config_with_error(const zero3::Config& config, schema::ConfigErrorKind error, int world_size);
 // Whether predict_initialize can name `kind`: the refusals the model knows; any other error from
 // initialize is unexpected (I7).
 bool is_predicted_refusal(const std::string& kind);
@@ -134,6 +139,17 @@ bool is_predicted_refusal(const std::string& kind);
 // ---- what a run trains ------------------------------------------------------------------------
 
 class DenseTwin;
+
+// What a load restores besides parameters and fp32 masters, by its options
+// (harness/SCENARIO_FORMAT.md's option matrix; module_only wins over optimizer_states).
+struct LoadEffect {
+  bool optimizer_state = true;  // the optimizer's moments, momentum and step come from the checkpoint
+  bool step_counters = true;    // the engine's step counters (DeepSpeed's global_steps) too
+};
+LoadEffect load_effect(bool optimizer_states, bool module_only);
+// The tag an untagged save writes: DeepSpeed's default, "global_step<N>" with N the optimizer
+// steps `micro_steps` step() calls applied.
+std::string default_tag(int64_t micro_steps, int64_t gradient_accumulation_steps);
 
 // Everything both sides of a comparison need to train the same way: the ranks' engines and the
 // dense twin build the same model, feed the same data and step the same optimizer. A Scenario is
@@ -195,8 +211,13 @@ class DenseTwin {
   void step();
   void zero_grad();
   void drop_pending() { pending_.clear(); }
-  void save();
-  void load();
+  // The user's edit inside a gather whose edits are kept: the parameters at `paths` (relative to
+  // the target; gathered_params') multiplied by `scale` in place.
+  void scale_parameters(const std::vector<std::string>& paths, double scale);
+  // Keeps the target's parameters, optimizer state and step count under `tag`.
+  void save(const std::string& tag = "");
+  // Restores what save(tag) kept, per `effect` (parameters always). Requires: save(tag) ran.
+  void load(const std::string& tag = "", LoadEffect effect = LoadEffect());
   // The target's parameters by relative path, in first-appearance order.
   const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
   at::Tensor param(const std::string& path) const;
@@ -210,9 +231,12 @@ class DenseTwin {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<at::Tensor> pending_;  // per-rank losses of the last forward
   int64_t micro_steps_ = 0;
-  std::vector<at::Tensor> saved_params_;
-  OptimizerState saved_optimizer_;  // deep copies
-  int64_t saved_micro_steps_ = 0;
+  struct Snapshot {
+    std::vector<at::Tensor> params;
+    OptimizerState optimizer;  // deep copies
+    int64_t micro_steps = 0;
+  };
+  std::map<std::string, Snapshot> saved_;  // by tag
 };
 
 // The micro-batch of `rank` for operation `index` of a scenario: input and target from their
@@ -242,6 +266,15 @@ struct Traffic {
   std::string to_text() const;
 };
 Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& after);
+// The parameters a `gather` of `module` (a module of `target`) reaches: every parameter of it and
+// its descendants, tied ones once, placed ones excepted, in the expectation's order. From the
+// user's module objects, so a weight tied across containers is found wherever it is registered.
+std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, const zero3::Module& module,
+                                                  const std::shared_ptr<zero3::Module>& target);
+// What a `gather` that reaches `reached` moves: an all-gather of every partitioned one
+// (ceil(n/N) * N elements), and when its edits are published, a broadcast of each of them,
+// persistent ones included (n elements), in a world of `world_size` ranks.
+Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size);
 
 // Installed on the twin's forward (one rank's), it replays the ZeRO-3 schedule of the spec on the
 // expectation: gather a module's partitioned parameters unless already whole, release them after

@@ -16,6 +16,8 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+
+#include <unordered_set>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace zerocheck::model {
@@ -104,6 +106,30 @@ Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient) const
     if (!p.trainable || p.owner >= 0 || !with_gradient.count(p.path)) continue;
     if (p.persistent) t.all_reduce += 2 * p.chunk * world_;
     else t.reduce_scatter += p.chunk * world_;
+  }
+  return t;
+}
+
+}  // namespace zerocheck::model
+
+namespace zerocheck::model {
+
+std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, const zero3::Module& module,
+                                                  const std::shared_ptr<zero3::Module>& target) {
+  std::unordered_set<const c10::TensorImpl*> inside;
+  for (const auto& t : module.parameters(/*recurse=*/true)) inside.insert(t.unsafeGetTensorImpl());
+  std::vector<const ExpectedParam*> out;
+  for (const auto& [path, tensor] : unique_named_parameters(target))
+    if (inside.count(tensor.unsafeGetTensorImpl()))
+      if (const ExpectedParam* p = expected.find(path); p != nullptr && p->owner < 0) out.push_back(p);
+  return out;
+}
+
+Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size) {
+  Traffic t;
+  for (const ExpectedParam* p : reached) {
+    if (p->partitioned()) t.all_gather += p->chunk * world_size;
+    if (published) t.broadcast += p->numel;
   }
   return t;
 }

@@ -90,10 +90,26 @@ Result initialize_outcome(const std::optional<std::string>& predicted, bool crea
 Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
                                const std::vector<ObservedParam>& observed_after);
 
+// The model's parameters as its user sees them: each distinct parameter by path, a copy of its
+// value, and requires_grad.
+struct ParameterSnapshot {
+  std::string path;
+  at::Tensor value;
+  bool requires_grad = false;
+};
+std::vector<ParameterSnapshot> snapshot_parameters(const std::shared_ptr<zero3::Module>& root);
+// I5: a refused initialize left the model's parameters as they were (values bit for bit, shapes,
+// requires_grad), so the user can go on with it.
+Result model_unchanged(const std::vector<ParameterSnapshot>& before, const std::vector<ParameterSnapshot>& after,
+                       const std::string& target);
+
 // I6: load restored every shard and the optimizer state bit for bit.
 Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor& saved_optimizer_state,
                   const std::vector<ObservedParam>& observed_after, const at::Tensor& optimizer_state_after,
                   const std::string& target);
+// I6: after a load the engine's step counter (its step() calls) is what the load options say:
+// the checkpoint's, or as it was (module_only).
+Result step_counter(int64_t expected_micro_steps, int64_t micro_steps_after, const std::string& target);
 // I6: a world of `to` ranks that loaded the checkpoint saved by this world of `from` ranks holds
 // what this world holds after loading it: every parameter and optimizer state field, bit for bit.
 Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,

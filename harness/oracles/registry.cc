@@ -39,4 +39,33 @@ Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
   return std::nullopt;
 }
 
+std::vector<ParameterSnapshot> snapshot_parameters(const std::shared_ptr<zero3::Module>& root) {
+  std::vector<ParameterSnapshot> out;
+  for (const auto& [path, p] : unique_named_parameters(root))
+    out.push_back({path, p.detach().clone(), p.requires_grad()});
+  return out;
+}
+
+Result model_unchanged(const std::vector<ParameterSnapshot>& before, const std::vector<ParameterSnapshot>& after,
+                       const std::string& target) {
+  if (before.size() != after.size())
+    return violation("I5", target, "", std::to_string(before.size()) + " parameters", std::to_string(after.size()),
+                     "a refused initialize changed which parameters the model has");
+  for (size_t i = 0; i < before.size(); ++i) {
+    const ParameterSnapshot& a = before[i];
+    const ParameterSnapshot& b = after[i];
+    if (a.path != b.path)
+      return violation("I5", target, a.path, a.path, b.path, "a refused initialize renamed a parameter");
+    if (a.requires_grad != b.requires_grad)
+      return violation("I5", target, a.path, a.requires_grad ? "requires_grad" : "frozen",
+                       b.requires_grad ? "requires_grad" : "frozen", "a refused initialize changed requires_grad");
+    if (a.value.sizes() != b.value.sizes() || !same_bits(a.value, b.value))
+      return violation("I5", target, a.path, "the value before, shape " + c10::str(a.value.sizes()),
+                       "shape " + c10::str(b.value.sizes()) +
+                           (a.value.sizes() == b.value.sizes() ? ", " + difference(a.value, b.value) : ""),
+                       "a refused initialize left the parameter other than it was");
+  }
+  return std::nullopt;
+}
+
 }  // namespace zerocheck::oracles

@@ -25,6 +25,13 @@ Result round_trip(const std::vector<at::Tensor>& saved_masters, const at::Tensor
   return std::nullopt;
 }
 
+Result step_counter(int64_t expected_micro_steps, int64_t micro_steps_after, const std::string& target) {
+  if (micro_steps_after == expected_micro_steps) return std::nullopt;
+  return violation("I6", target, "step counter", fmt::format("{} step() calls", expected_micro_steps),
+                   fmt::format("{} step() calls", micro_steps_after),
+                   "load left the engine's step counter other than its options say");
+}
+
 Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
                  const std::string& target) {
   const std::string loaded_by = fmt::format("loaded into a world of {}", to);

@@ -21,13 +21,15 @@ namespace zerocheck {
   X(I4, "outside forward/backward a partitioned parameter holds exactly its shard (storage of "    \
         "ceil(n/N) elements) and no full data or gradient; a persistent one is whole; and the "     \
         "rank holds no byte that the tensors of the parameters do not account for")                \
-  X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing")            \
-  X(I6, "save then load restores shards and optimizer state bit-exactly, and a world of another "  \
-        "size that loads the checkpoint holds the same parameters and optimizer state; the "       \
-        "consolidated state dict equals the dense twin's parameters")                              \
+  X(I5, "a repeated initialize is refused with AlreadyInitialized and changes nothing; an "        \
+        "initialize with an invalid config leaves the model's parameters as they were")            \
+  X(I6, "a load restores the tagged checkpoint's shards, and its optimizer state and step counter " \
+        "as its options say, bit-exactly; a world of another size that loads the checkpoint holds " \
+        "the same parameters and optimizer state; the consolidated state dict equals the dense "    \
+        "twin's parameters")                                                                        \
   X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
-  X(I8, "every forward and backward moves exactly the elements the schedule predicts, for every "  \
-        "collective kind; step and zero_grad move nothing")                                       \
+  X(I8, "every forward, backward and gather moves exactly the elements the schedule predicts, "   \
+        "for every collective kind; step and zero_grad move nothing")                                       \
   X(I9, "after every operation all ranks agree on the parameter list, shapes, partition sizes, "    \
         "statuses, the step counters and the parameters they hold")
 

@@ -117,7 +117,7 @@ ZEROCHECK_OP_KEYS(ZEROCHECK_OP_KEY_MASK)
     "restore the save of the tag (absent: the last save) of the same target, with or without the "     \
     "optimizer's state; with world_size M, a world of M ranks loads it too")                           \
   X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")                                                  \
-  X(gather, key::modifier_rank | key::scale, key::module, 0, 0,                                        \
+  X(gather, key::modifier_rank | key::scale, key::module, 1, 0,                                        \
     "gather a module's parameters; the modifier rank (null: every rank) scales them in place")
 
 struct OpRow {

@@ -49,6 +49,14 @@ TEST(CaughtOnlyByTheSplitOracles, HiddenShardCopy) { expect_holds("hidden-shard-
 // One rank's step counter behind the others': every number is right, only the ranks' exchange
 // of what they hold (I9) sees it.
 TEST(CaughtOnlyByTheSplitOracles, StepCountSkippedOnOneRank) { expect_holds("step-count-skipped-on-one-rank"); }
+// A load of tag a after a later save of tag b: a load that reads the folder's latest restores b.
+TEST(CaughtOnlyByTheSplitOracles, LoadIgnoresTag) { expect_holds("load-ignores-tag"); }
+// Rank 0 doubles a Linear inside a gather and publishes it: only a broadcast puts the edit into
+// rank 1's shard, as the twin puts it into the whole parameter.
+TEST(CaughtOnlyByTheSplitOracles, GatheredEditNotPublished) { expect_holds("gathered-edit-not-published"); }
+// An initialize refused for zero_optimization.stage 4, after the engine has partitioned the
+// model: it must give the model its data back (the later initialize trains it as the twin does).
+TEST(CaughtOnlyByTheSplitOracles, FailedInitializeLeavesState) { expect_holds("failed-initialize-leaves-state"); }
 
 // ---- the model and the oracles by hand --------------------------------------------------------
 

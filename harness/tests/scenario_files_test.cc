@@ -119,6 +119,19 @@ TEST(ScenarioFiles, ADivergenceToNanOnBothSidesHolds) {
       << "the scenario no longer reaches a NaN loss";
 }
 
+// An engine initialized afresh loads a checkpoint whose optimizer stepped expert 1, then trains
+// on expert 0 only: expert 1 must keep stepping with a zero gradient, as the twin's does (commit
+// 7188cc2's fix). Once fuzzer bytes (fuzz/regressions/scenario_ops/); a change to the draw made
+// them another scenario, so the case is written out as the scenario it was.
+TEST(ScenarioFiles, ALoadIntoAFreshEngineKeepsSteppingWhatTheCheckpointStepped) {
+  const Scenario s = parse_scenario(read_file(kScenarios / "regressions" / "load_into_fresh_engine_keeps_stepping.json"));
+  const Verdict v = run_scenario(s, RunOptions{});
+  EXPECT_TRUE(v.ok()) << v.violation->to_text();
+  ASSERT_EQ(v.outcomes.size(), s.ops.size());
+  EXPECT_EQ(v.outcomes[10].kind, OpKind::load);
+  EXPECT_EQ(v.outcomes[10].status, OpOutcome::Status::applied) << v.outcomes[10].detail;
+}
+
 // zerocheck-scenario/2 only added keys and an operation whose defaults are /1's meaning: every
 // checked-in /1 file reads, and reads the same as its /2 rewrite.
 TEST(ScenarioFiles, FormatOneIsStillRead) {

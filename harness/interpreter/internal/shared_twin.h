@@ -26,7 +26,7 @@ namespace zerocheck {
 
 // One call the interpreter makes on the dense twin.
 struct TwinCall {
-  enum class Kind { retarget, forward, backward, drop_pending, step, zero_grad, save, load };
+  enum class Kind { retarget, forward, backward, drop_pending, step, zero_grad, save, load, scale };
   explicit TwinCall(Kind k) : kind(k) {}
   static TwinCall retarget_to(std::string path);
   // Operation `index`'s forward on every rank of a world of `world` (each rank's route from the
@@ -39,6 +39,10 @@ struct TwinCall {
   int64_t index = -1;                 // forward: the operation (its batches)
   std::vector<zero3::Route> routes;   // forward: each rank's route, fresh
   std::shared_ptr<const model::Expectation> expectation;  // forward: what its traffic traces follow
+  std::string tag;                    // save, load: the checkpoint's
+  model::LoadEffect effect;           // load: what it restores
+  std::vector<std::string> paths;     // scale: the parameters the gather reached
+  double scale = 1;                   // scale: the edit
 
   friend bool operator==(const TwinCall& a, const TwinCall& b);
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -93,6 +94,20 @@ const std::vector<Row<Unit>> kUnits = {{5, Unit::single}, {2, Unit::training_ste
 // A checkpoint round trip's load sometimes also resumes the checkpoint in a world of another size
 // (0: none, the smallest choice); up to the widest drawn world, one of them odd.
 const std::vector<Row<int>> kLoadElsewhere = {{4, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}};
+// Checkpoint tags: mostly none (the default tag, the latest on load), a few shared names so that a
+// load names a save that is not the latest, and a default tag's own name.
+const std::vector<Row<std::optional<std::string>>> kTags = {
+    {4, std::nullopt}, {2, std::string("a")}, {1, std::string("b")}, {1, std::string("global_step1")}};
+const std::vector<Row<bool>> kOptimizerStates = {{4, true}, {1, false}};
+const std::vector<Row<bool>> kModuleOnly = {{5, false}, {1, true}};
+// An initialize is now and then given an invalid config (none: the first, smallest choice).
+const std::vector<Row<schema::ConfigErrorKind>> kConfigErrors = {
+    {8, schema::ConfigErrorKind::none},
+    {1, schema::ConfigErrorKind::train_batch_size},
+    {1, schema::ConfigErrorKind::zero_stage},
+    {1, schema::ConfigErrorKind::micro_batch}};
+// A gather's edit: exact in binary, so the twin's product is the engine's.
+const std::vector<Row<double>> kScales = {{2, 2.0}, {2, 0.5}, {1, -1.0}};
 enum class Target { root, the_module };
 const std::vector<Row<Target>> kInitializeTargets = {{3, Target::root}, {1, Target::the_module}};
 
@@ -161,6 +176,7 @@ class Draw {
           // Drawn from the widest world whatever this one is, so a fixed world reads the same bytes.
           s.placement.owners[module.path] = integer({0, bounds_.max_world - 1}) % s.world_size;
 
+    world_ = s.world_size;
     if (pick(c_, kInitializeFirst) && limits_.max_ops > 0) s.ops.emplace_back(OpKind::initialize);
     while (s.ops.size() < limits_.max_ops && c_.another()) {
       std::vector<Op> unit;
@@ -173,9 +189,13 @@ class Draw {
           break;
         }
         case Unit::checkpoint_round_trip: {
-          Op load(OpKind::load);
-          load.world_size = pick(c_, kLoadElsewhere);
-          unit = {Op(OpKind::save), load};
+          Op save(OpKind::save), load(OpKind::load);
+          checkpoint_options(save);
+          checkpoint_options(load);
+          // A second world resumes only a load that restores everything (SCENARIO_FORMAT.md).
+          const int elsewhere = pick(c_, kLoadElsewhere);
+          if (load.optimizer_states && !load.module_only) load.world_size = elsewhere;
+          unit = {save, load};
           break;
         }
       }
@@ -294,6 +314,14 @@ class Draw {
     return out;
   }
 
+  // A save's tag; a load's tag and options.
+  void checkpoint_options(Op& op) {
+    op.tag = pick(c_, kTags);
+    if (op.kind != OpKind::load) return;
+    op.optimizer_states = pick(c_, kOptimizerStates);
+    op.module_only = pick(c_, kModuleOnly);
+  }
+
   Op op(const std::vector<ModuleAt>& modules) {
     std::vector<int> weights;
     for (const auto& row : schema::op_rows()) weights.push_back(training_ ? row.draw_weight : row.attributes_weight);
@@ -303,6 +331,15 @@ class Draw {
       case OpKind::initialize:
         op.optimizer = element(schema::initialize_optimizers());
         op.target = pick(c_, kInitializeTargets) == Target::root ? "" : module.path;
+        op.config_error = pick(c_, kConfigErrors);
+        break;
+      case OpKind::save:
+      case OpKind::load: checkpoint_options(op); break;
+      case OpKind::gather:
+        op.module = module.path;
+        // Drawn from the widest world whatever this one is, so a fixed world reads the same bytes.
+        if (c_.boolean(1, 3)) op.modifier_rank = static_cast<int>(integer({0, bounds_.max_world - 1}) % world_);
+        op.scale = pick(c_, kScales);
         break;
       case OpKind::forward: op.route = route(); break;
       case OpKind::set_attr:
@@ -318,6 +355,7 @@ class Draw {
   }
 
   Chooser& c_;
+  int world_ = 1;  // the scenario's, once drawn
   const DrawLimits& limits_;
   const ProfileBounds bounds_;
   const bool training_;
