@@ -7,6 +7,10 @@ namespace zerocheck::model {
 Workload workload_of(const Scenario& scenario) {
   Workload w;
   const Scenario* s = &scenario;
+  // "construct": "zero_init" builds eagerly here too: our engine partitions at initialize, never
+  // while modules are constructed (it has no zero.Init), so both constructions give the engine
+  // the same model and every invariant the same expectation. Only the upstream replay builds
+  // under deepspeed.zero.Init.
   w.build = [s] { return build_tree(*s); };
   w.batch = [s](int64_t index, int rank) { return batch_of(*s, index, rank); };
   w.route = [](int64_t, int, const Op& op) { return route_of(op); };  // every rank takes the op's route
