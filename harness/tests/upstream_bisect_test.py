@@ -8,8 +8,9 @@ fix, the planted bug (ZeRO-3's module numbering also writes the user's `zc_probe
 harmless commit, and the bug's fix. The repro script is the suite's own, generated for a user
 who set `zc_probe` on a Linear. Bisecting from the base (good) to the commit after the bug
 (bad) must name the planted commit, test and skip the broken one, and leave the checkout on
-the branch it was on. Bad ends (a good end that reproduces) exit 2. Exit 77 (skipped) only
-when SHARED_DEEPSPEED is missing.
+the branch it was on. `--find fix` from the planted commit (bad) to the last one (good) must
+name the fix. Bad ends (a good end that reproduces) exit 2. Exit 77 (skipped) only when
+SHARED_DEEPSPEED is missing.
 """
 
 import json
@@ -87,10 +88,10 @@ def repro_script(path):
         "attribute": "zc_probe"}, path)
 
 
-def bisect(zerocheck, python, shims, repo, script, good, bad, out, expect):
+def bisect(zerocheck, python, shims, repo, script, good, bad, out, expect, find="bad"):
     command = [zerocheck, "upstream", "bisect", "--python", python, "--shims", shims,
                "--repo", repo, "--repro", script, "--good", good, "--bad", bad,
-               "--timeout", "120", "--out", out]
+               "--timeout", "120", "--out", out, "--find", find]
     print("$", " ".join(command), flush=True)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
@@ -135,6 +136,16 @@ def main():
     check(git(repo, "status", "--porcelain") == "", "the checkout is clean")
     check(subprocess.run(["git", "-C", repo, "bisect", "log"], capture_output=True).returncode != 0,
           "no bisection is left under way")
+
+    # The opposite question: the first commit where the script stops reproducing.
+    done = bisect(zerocheck, python, shims, repo, script, commits["fixed"], commits["planted"],
+                  os.path.join(work, "fix.json"), expect=0, find="fix")
+    result = json.load(open(os.path.join(work, "fix.json"), encoding="utf-8"))
+    check(result["find"] == "fix" and result["first_fixed"] == commits["fixed"],
+          f"--find fix names the fixing commit ({result.get('first_fixed')})")
+    check(f"first fixed commit: {commits['fixed']} Fix: zc_probe is the user's" in done.stdout,
+          "the fixing commit and its subject are printed")
+    check(git(repo, "symbolic-ref", "--short", "HEAD") == "main", "the checkout is back on its branch")
 
     # A good end that reproduces makes the bisection meaningless: refused, checkout restored.
     done = bisect(zerocheck, python, shims, repo, script, commits["planted"], commits["after"],

@@ -11,14 +11,18 @@ directory because DeepSpeed reads version.txt from there), and the commit is
              lacks, a rank died of a signal or hung past the timeout. Such a commit says nothing
              about the finding, so it must not be blamed or cleared.
 
+`--find fix` asks the opposite question: the first commit where the script stops reproducing.
+The words keep their meaning (bad reproduces, good does not), so there --bad is the older end and
+--good the newer; each step's answer is inverted for git, whose "bad" is then the fixing commit.
+
 Before bisecting, the two ends are checked (the bad one must reproduce, the good one must not):
 a bisection between ends that do not behave as claimed names a meaningless commit. The checkout
 is restored to the branch or commit it was on, whatever happens (Ctrl-C included).
 
     python3 -m zerocheck_ds bisect --repo DIR --good REV --bad REV --repro SCRIPT
-        [--world N] [--python PATH] [--shims DIR] [--timeout S] [--out FILE] [--json]
+        [--find bad|fix] [--world N] [--python PATH] [--shims DIR] [--timeout S] [--out FILE] [--json]
 
-Exit codes: 0 the first bad commit was found; 1 the skipped commits leave several candidates
+Exit codes: 0 the first bad (fixing) commit was found; 1 the skipped commits leave several candidates
 (listed); 2 bad usage (not a git checkout, local changes, a bisection already under way, ends
 that do not behave as claimed); 3 the bisection itself failed.
 """
@@ -36,6 +40,7 @@ import time
 
 GOOD, BAD, SKIP = 0, 1, 125
 _VERDICT_NAMES = {GOOD: "good", BAD: "bad", SKIP: "skip"}
+FINDS = {"bad": "first_bad", "fix": "first_fixed"}  # --find: the result's key for the answer
 _OUTPUT_TAIL = 2000
 
 
@@ -157,16 +162,25 @@ def _ancestor(repo, older, newer):
 
 
 def bisect(repo, good, bad, repro, world=1, python=sys.executable, shims=None, timeout=300.0,
-           progress=None):
+           progress=None, find="bad"):
     """Returns the result of bisecting `repo` between `good` and `bad` with `repro` (a dict).
 
-    Raises UsageError for a checkout or ends that do not allow it; restores the checkout."""
+    `find`: "bad", the first commit that reproduces (`good` is the older end), or "fix", the
+    first that no longer does (`bad` is the older end). Raises UsageError for a checkout or
+    ends that do not allow it; restores the checkout."""
+    if find not in FINDS:
+        raise UsageError(f"--find must be one of {', '.join(FINDS)}, got {find!r}")
     say = progress or (lambda text: None)
     repo = os.path.abspath(repo)
     original = _check_checkout(repo)
     good_commit, bad_commit = _commit(repo, good), _commit(repo, bad)
-    if not _ancestor(repo, good_commit, bad_commit):
-        raise UsageError(f"--good {good} is not an ancestor of --bad {bad}")
+    (old_name, old), (new_name, new) = (
+        (("good", good_commit), ("bad", bad_commit)) if find == "bad"
+        else (("bad", bad_commit), ("good", good_commit)))
+    if not _ancestor(repo, old, new):
+        raise UsageError(f"--{old_name} {good if old_name == 'good' else bad} is not an ancestor "
+                         f"of --{new_name} {bad if new_name == 'bad' else good}"
+                         + (" (--find fix: the older end is --bad)" if find == "fix" else ""))
     work = tempfile.mkdtemp(prefix="zerocheck-bisect-")
     script = os.path.join(work, os.path.basename(repro))
     shutil.copy(repro, script)  # outside the checkout, so no checkout changes it
@@ -174,6 +188,8 @@ def bisect(repo, good, bad, repro, world=1, python=sys.executable, shims=None, t
     step_command = [sys.executable, "-m", "zerocheck_ds", "bisect-step", "--repo", repo,
                     "--repro", script, "--world", str(world), "--python", python,
                     "--timeout", str(timeout), "--log", log] + (["--shims", shims] if shims else [])
+    if find == "fix":
+        step_command.append("--invert")
     try:
         for rev, commit, expected in ((bad, bad_commit, BAD), (good, good_commit, GOOD)):
             _git(repo, "checkout", "--quiet", "--detach", commit)
@@ -184,20 +200,21 @@ def bisect(repo, good, bad, repro, world=1, python=sys.executable, shims=None, t
                     f"--{_VERDICT_NAMES[expected]} {rev} ({commit[:12]}) should be "
                     f"{_VERDICT_NAMES[expected]} but the script says {_VERDICT_NAMES[verdict]} "
                     f"({reason}); its output ends:\n" + "\n".join(output.splitlines()[-8:]))
-        _git(repo, "checkout", "--quiet", "--detach", bad_commit)
-        _git(repo, "bisect", "start", bad_commit, good_commit)
+        # git's terms: its "bad" is the newer end, whatever the question.
+        _git(repo, "checkout", "--quiet", "--detach", new)
+        _git(repo, "bisect", "start", new, old)
         env = dict(os.environ)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
-        say(f"bisecting {len(_revisions(repo, good_commit, bad_commit))} commits")
+        say(f"bisecting {len(_revisions(repo, old, new))} commits")
         run = subprocess.run(["git", "-C", repo, "bisect", "run", *step_command],
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env)
         steps = _read_steps(log)
         for step in steps:
             say(f"  {step['verdict']:4} {step['commit'][:12]} {step['subject']}  ({step['reason']})")
-        first_bad = None
+        first = None
         if _git(repo, "rev-parse", "--verify", "--quiet", "refs/bisect/bad", check=False).returncode == 0:
-            first_bad = _git(repo, "rev-parse", "refs/bisect/bad").stdout.strip()
+            first = _git(repo, "rev-parse", "refs/bisect/bad").stdout.strip()
         candidates = _candidates(run.stdout, repo)
         if run.returncode != 0 and not candidates:
             raise RuntimeError(f"git bisect run failed (exit {run.returncode}): "
@@ -208,16 +225,16 @@ def bisect(repo, good, bad, repro, world=1, python=sys.executable, shims=None, t
             _git(repo, "checkout", "--quiet", original, check=False)
         shutil.rmtree(work, ignore_errors=True)
     result = {
-        "format": "zerocheck-bisect/1",
+        "format": "zerocheck-bisect/1", "find": find,
         "repo": repo, "good": good_commit, "bad": bad_commit, "repro": os.path.abspath(repro),
         "world_size": world, "steps": steps, "restored": original,
         "skipped": [s["commit"] for s in steps if s["verdict"] == "skip"],
     }
     if candidates:
-        result.update(first_bad=None, candidates=[
-            {"commit": c, "subject": _subject(repo, c)} for c in candidates])
+        result.update({FINDS[find]: None, "candidates": [
+            {"commit": c, "subject": _subject(repo, c)} for c in candidates]})
     else:
-        result.update(first_bad=first_bad, subject=_subject(repo, first_bad))
+        result.update({FINDS[find]: first, "subject": _subject(repo, first)})
     return result
 
 
@@ -258,6 +275,8 @@ def step_main(argv):
     parser.add_argument("--shims")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--invert", action="store_true",
+                        help="--find fix: tell git bad when the script does not reproduce")
     args = parser.parse_args(argv)
     commit = _git(args.repo, "rev-parse", "HEAD").stdout.strip()
     started = time.monotonic()
@@ -267,15 +286,18 @@ def step_main(argv):
         f.write(json.dumps({"commit": commit, "subject": _subject(args.repo, commit),
                             "verdict": _VERDICT_NAMES[verdict], "reason": reason,
                             "seconds": round(time.monotonic() - started, 1)}) + "\n")
+    if args.invert and verdict != SKIP:
+        return BAD if verdict == GOOD else GOOD
     return verdict
 
 
 def _report(result):
     lines = []
-    if result["first_bad"]:
-        lines.append(f"first bad commit: {result['first_bad']} {result['subject']}")
+    what = "first bad commit" if result["find"] == "bad" else "first fixed commit"
+    if result[FINDS[result["find"]]]:
+        lines.append(f"{what}: {result[FINDS[result['find']]]} {result['subject']}")
     else:
-        lines.append("the first bad commit is one of these (the commits between them were "
+        lines.append(f"the {what} is one of these (the commits between them were "
                      "skipped: the script could not run there):")
         lines += [f"  {c['commit']} {c['subject']}" for c in result["candidates"]]
     lines.append(f"{len(result['steps'])} commit(s) tested, {len(result['skipped'])} skipped; "
@@ -286,10 +308,15 @@ def _report(result):
 def main(argv):
     parser = argparse.ArgumentParser(
         prog="zerocheck upstream bisect",
-        description="Finds the first commit of a DeepSpeed checkout where a repro script reproduces.")
+        description="Finds the first commit of a DeepSpeed checkout where a repro script reproduces "
+                    "(--find fix: where it stops reproducing).")
     parser.add_argument("--repo", required=True, help="a local DeepSpeed git checkout")
     parser.add_argument("--good", required=True, help="a revision that does not reproduce")
-    parser.add_argument("--bad", required=True, help="a later revision that reproduces")
+    parser.add_argument("--bad", required=True, help="a revision that reproduces (the later one "
+                                                     "unless --find fix)")
+    parser.add_argument("--find", choices=sorted(FINDS), default="bad",
+                        help="bad: the first commit that reproduces; fix: the first that no "
+                             "longer does")
     parser.add_argument("--repro", required=True, help="a repro script (OUT/repro/*.py)")
     parser.add_argument("--world", type=int, default=1, help="ranks to run the script on")
     parser.add_argument("--python", default=sys.executable, help="the Python that has torch")
@@ -306,7 +333,7 @@ def main(argv):
         if not 1 <= args.world <= 8:
             raise UsageError(f"--world {args.world} is outside 1..8")
         result = bisect(args.repo, args.good, args.bad, args.repro, args.world, args.python,
-                        args.shims, args.timeout, progress)
+                        args.shims, args.timeout, progress, args.find)
     except UsageError as e:
         print(f"zerocheck upstream bisect: {e}", file=sys.stderr)
         return 2
@@ -319,4 +346,4 @@ def main(argv):
             json.dump(result, f, indent=2)
             f.write("\n")
     print(json.dumps(result, indent=2) if args.json else _report(result), flush=True)
-    return 0 if result["first_bad"] else 1
+    return 0 if result[FINDS[args.find]] else 1
