@@ -117,6 +117,10 @@ def main():
     commits = make_history(tree, repo)
     repro_script(script)
     check(True, f"history of {len(commits)} commits made from {name}")
+    # The control: plain PyTorch never reproduces (the bisection shows DeepSpeed's commits do).
+    plain = subprocess.run([python, script, "--plain"], capture_output=True, text=True, timeout=300)
+    check(plain.returncode == 0 and plain.stdout.startswith("NOT REPRODUCED"),
+          f"the script does not reproduce with --plain ({plain.returncode}: {plain.stdout[-200:]})")
 
     out = os.path.join(work, "result.json")
     done = bisect(zerocheck, python, shims, repo, script, commits["base"], commits["after"], out,
