@@ -88,6 +88,7 @@ class RankPool:
         self._start_timeout = start_timeout
         self._ranks = []
         self.version = None
+        self.versions = {}  # engine, torch, python (and commit) as rank 0 reported them
         self.starts = 0
         self.scenarios_on_these_ranks = 0
 
@@ -125,6 +126,7 @@ class RankPool:
                 if message.get("ready"):
                     ready.add(rank)
                     self.version = message.get("version")
+                    self.versions = message.get("versions") or self.versions
             dead = self._dead_rank()
             if dead is not None:
                 rank, code = dead
