@@ -210,7 +210,8 @@ class RankPool:
                 if message.get("done") == name:
                     results[rank] = {"findings": message["findings"],
                                      "skipped": message["skipped"],
-                                     "checks": message.get("checks", {})}
+                                     "checks": message.get("checks", {}),
+                                     "written": message.get("written", {})}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

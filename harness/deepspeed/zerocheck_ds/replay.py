@@ -36,6 +36,9 @@ class ReplayResult:
     findings: list = field(default_factory=list)  # [Finding]
     skipped: list = field(default_factory=list)  # [{"op_index", "op", "what", "reason"}]
     checks: dict = field(default_factory=dict)  # I3/I4/I9: {"checked": n, "not_checked": {...}}
+    # Attribute names the scenario asked the user to write, and those really written (the rest
+    # were refused as not representable: `forward`, `weight`, ...): {"modules": {...}, ...}.
+    written: dict = field(default_factory=dict)
 
 
 # The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++
@@ -143,7 +146,24 @@ class Replay:
         self._teardown()
         if self.numerics is not None:
             self.result.checks = self.numerics.tally.to_json()
+        self.result.written = self._written()
         return self.result
+
+    def _written(self):
+        """{"modules"/"parameters": {"asked": names, "written": names}} of this scenario."""
+        asked = {"modules": set(), "parameters": set()}
+        for node in self.scenario.tree:
+            asked["modules"].update(e.name for e in node.attrs)
+            for entries in node.param_attrs.values():
+                asked["parameters"].update(e.name for e in entries)
+        for op in self.scenario.ops:
+            if op.op in ("set_attr", "del_attr"):
+                asked["parameters" if op.param else "modules"].add(op.name)
+        written = {"modules": set(), "parameters": set()}
+        for key, name, _ in self.ledger.expectations():
+            written["parameters" if key.param else "modules"].add(name)
+        return {kind: {"asked": sorted(asked[kind]), "written": sorted(written[kind])}
+                for kind in asked}
 
     # ---- operations ---------------------------------------------------------------------------
 

@@ -112,6 +112,7 @@ class Run:
             "limits": [{"signature": g["signature"], "scenarios": g["scenarios"],
                         "reason": g["control"]["reason"], "control": g["control"]}
                        for g in groups if g["signature"] in limits],
+            "coverage": attribute_coverage(self.verdicts),
             "not_checked": {"operations": skipped_reasons(self.verdicts),
                             "checks": {inv: e["not_checked"] for inv, e in
                                        merge_tallies(v.get("checks") for v in self.verdicts).items()}},
@@ -164,6 +165,22 @@ class Run:
                         "example_scenario": e["example_scenario"]}
                        for e in self.root_baseline["fixed"]]
         return causes
+
+
+def attribute_coverage(verdicts):
+    """Per kind of object, the attribute names the scenarios asked for, and of those the names a
+    verdict shows were really written on the engine's side: a name the replay refused every time
+    (one Python reserves, like `forward` or `weight`) is not covered, whatever the export asked."""
+    coverage = {}
+    for kind in ("modules", "parameters"):
+        asked, written = set(), set()
+        for v in verdicts:
+            entry = (v.get("written") or {}).get(kind, {})
+            asked.update(entry.get("asked", ()))
+            written.update(entry.get("written", ()))
+        coverage[kind] = {"asked": len(asked), "covered": len(written & asked),
+                          "never_written": sorted(asked - written)}
+    return coverage
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -223,6 +240,11 @@ def screen(run):
         mark = f"[{c['baseline']}] " if "baseline" in c else ""
         lines.append(f"  {len(c['scenarios']):>3} scen {len(c['signatures']):>3} sig  {mark}"
                      f"{c['title']}{_lines_text(c)}")
+    if run.root_baseline is not None:
+        b = run.root_baseline
+        lines.append(f"root causes against the baseline: {len(b['fixed'])} fixed, "
+                     f"{len(b['new'])} new, {len(b['unchanged'])} unchanged"
+                     + "".join(f"\n  fixed: {e['signature']}" for e in b["fixed"]))
     for limit in s["limits"]:
         lines.append(f"  not upstream's (the control fails too): {limit['signature']}: "
                      f"{limit['reason']}")
@@ -269,15 +291,26 @@ def _lines_text(cause):
         ", ".join(map(str, location["lines"])) + ")"
 
 
+def _coverage_lines(s):
+    """Attribute names really written on the engine's side, of those the scenarios asked for."""
+    lines = []
+    for kind, c in s["coverage"].items():
+        never = c["never_written"]
+        shown = ", ".join(never[:12]) + (f", ... {len(never) - 12} more" if len(never) > 12 else "")
+        lines.append(f"attribute names on {kind}: {c['covered']} of {c['asked']} really written"
+                     + (f"; never written (refused every time): {shown}" if never else ""))
+    return lines
+
+
 def _not_checked_lines(s, limit=None):
     """Operations skipped, by reason (the checks not made are in _checks_lines)."""
     ops = list(s["not_checked"]["operations"].items())
     if not ops:
-        return ["operations skipped: none"]
+        return ["operations skipped: none"] + _coverage_lines(s)
     shown = ops[:limit] if limit else ops
     more = f"; ... {len(ops) - len(shown)} more reasons" if len(shown) < len(ops) else ""
     return [f"operations skipped: {sum(n for _, n in ops)}: "
-            + "; ".join(f"{n}x {reason}" for reason, n in shown) + more]
+            + "; ".join(f"{n}x {reason}" for reason, n in shown) + more] + _coverage_lines(s)
 
 
 def _cause_markdown(c, out_dir):
@@ -332,6 +365,7 @@ def write_markdown(path, run):
     ops = s["not_checked"]["operations"]
     out += ["", "## Not checked", "", f"- operations skipped: {sum(ops.values())}"]
     out += [f"  - {n}x {reason}" for reason, n in ops.items()]
+    out += [f"- {line}" for line in _coverage_lines(s)]
     out += [f"- {line}" for line in _checks_lines(s)] + ["", "## Findings by signature", ""]
     if not s["signatures"]:
         out.append("None: every invariant held.")

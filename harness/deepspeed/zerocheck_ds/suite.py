@@ -31,7 +31,7 @@ import traceback
 
 from . import ADAPTER_NAMES, baseline as baseline_module, control, deepspeed_tree, issue_drafts
 from . import report
-from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict
+from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict, written_of
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
 from .verdict import NEW_INVARIANTS, write_json
@@ -295,7 +295,8 @@ def _replay_all(supervisor, scenarios, run):
             outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
         findings = outcome_findings(outcome, args.scenario_timeout)
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome))
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
+                         written=written_of(outcome))
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))

@@ -147,7 +147,7 @@ def main(argv):
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
                 message=f"the replay stopped: {type(e).__name__}: {e}")])
         replies.send(done=name, findings=[vars(f) for f in result.findings],
-                     skipped=result.skipped, checks=result.checks)
+                     skipped=result.skipped, checks=result.checks, written=result.written)
         sys.stdout.flush()
         sys.stderr.flush()
     world_module.stop(world)
