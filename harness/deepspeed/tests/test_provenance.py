@@ -51,6 +51,7 @@ class AuditTest(unittest.TestCase):
         wrote = self.audit.last(module, "id")
         self.assertEqual((wrote.file, wrote.function, wrote.line, wrote.action),
                          (os.path.join("fakeupstream", "core.py"), "helper", 7, "wrote"))
+        self.assertEqual(wrote.to_json()["code"], "module.id = 99")  # the line itself
         self.assertEqual(self.audit.last(param, "ds_id").function, "clobber")
         deleted = self.audit.last(module, "extra")
         self.assertEqual((deleted.function, deleted.line, deleted.action), ("clobber", 4, "deleted"))

@@ -86,6 +86,9 @@ def draft(cause, summary):
                      f"{'s' if len(loc['lines']) > 1 else ''} "
                      f"{', '.join(map(str, loc['lines']))}): the innermost DeepSpeed frame, "
                      f"recorded by an audit of attribute writes on the user's objects.")
+        code = (example.get("origin") or {}).get("code")
+        if code:
+            lines += ["", "```python", f"# {loc['file']}:{example['origin']['line']}", code, "```"]
     else:
         lines.append("No DeepSpeed frame is named: " + (
             "the finding is numeric (the first operation where DeepSpeed and a dense "

@@ -13,9 +13,10 @@ What the audit cannot see: writes that bypass __setattr__ (`obj.__dict__[name] =
 `object.__setattr__`); those findings carry no origin and say so.
 """
 
+import linecache
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,13 +25,15 @@ class Origin:
     function: str
     line: int
     action: str = "wrote"  # "wrote", "deleted" or "raised"
+    path: str = field(default="", compare=False)  # the file as imported, for its source line
 
     def describe(self):
         return f"{self.file}:{self.line} in {self.function}"
 
     def to_json(self):
+        """With the source line itself, read only now (a finding), never while auditing."""
         return {"file": self.file, "function": self.function, "line": self.line,
-                "action": self.action}
+                "action": self.action, "code": linecache.getline(self.path, self.line).strip()}
 
 
 class UpstreamFiles:
@@ -67,7 +70,8 @@ class UpstreamFiles:
         while frame is not None:
             name = self.relative(frame.f_code.co_filename)
             if name is not None:
-                return Origin(name, frame.f_code.co_name, frame.f_lineno, action)
+                return Origin(name, frame.f_code.co_name, frame.f_lineno, action,
+                              frame.f_code.co_filename)
             frame = frame.f_back
         return None
 
@@ -78,7 +82,8 @@ class UpstreamFiles:
         while tb is not None:
             name = self.relative(tb.tb_frame.f_code.co_filename)
             if name is not None:
-                found = Origin(name, tb.tb_frame.f_code.co_name, tb.tb_lineno, "raised")
+                found = Origin(name, tb.tb_frame.f_code.co_name, tb.tb_lineno, "raised",
+                               tb.tb_frame.f_code.co_filename)
             tb = tb.tb_next
         return found
 

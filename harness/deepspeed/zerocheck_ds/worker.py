@@ -26,6 +26,7 @@ to FAULT while that scenario (its file's name) replays, for a DeepSpeed copy pat
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -88,7 +89,7 @@ def _versions(adapter):
     versions = {"engine": adapter.version(), "torch": torch.__version__,
                 "python": platform.python_version()}
     commit = getattr(sys.modules.get("deepspeed"), "__git_hash__", None)
-    if commit and commit != "unknown":
+    if commit and re.fullmatch(r"[0-9a-f]{7,40}", str(commit)):  # not "[none]", "unknown"
         versions["commit"] = str(commit)
     return versions
 
