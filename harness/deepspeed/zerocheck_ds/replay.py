@@ -14,6 +14,7 @@ live engine.
 """
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +24,10 @@ from . import numerics, oracles, provenance, schema, seeded
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding
+
+# A fingerprint change of an attribute (oracles.fingerprint's keys).
+_CHANGED_ATTRIBUTE = re.compile(r"^(module|parameter) '([^']*)' attribute '([^']*)': ")
+
 
 @dataclass(eq=False)
 class LiveEngine:
@@ -215,6 +220,8 @@ class Replay:
         for finding in findings:
             if finding.exception:
                 self._raised_by(finding, exception)
+            elif finding.expected == "nothing changed":
+                self._changed_by(finding, changes)
         self._report(findings)
         if self.numerics is not None:
             self.numerics.repeated(accepted=exception is None,
@@ -381,6 +388,26 @@ class Replay:
             finding.origin = origin.to_json()
             finding.message += f" (raised at {origin.describe()})"
         return finding
+
+    def _changed_by(self, finding, changes):
+        """Names the upstream code that wrote the first changed attribute the audit saw."""
+        if self._audit is None:
+            return
+        for change in changes:
+            match = _CHANGED_ATTRIBUTE.match(change)
+            if not match:
+                continue
+            kind, path, name = match.groups()
+            try:
+                obj = (self.root.get_submodule(path) if kind == "module"
+                       else self.root.get_parameter(path))
+            except Exception:  # noqa: BLE001 - gone since: nobody to name
+                continue
+            origin = self._audit.last(obj, name)
+            if origin is not None:
+                finding.origin = origin.to_json()
+                finding.message += f"; {kind} {path!r} attribute {name!r} by {origin.describe()}"
+                return
 
     def _written_by(self, finding):
         """Names the upstream code that last wrote or deleted an I1/I2 finding's attribute."""
