@@ -38,14 +38,18 @@ def _title(cause):
     return f"{cause['signatures'][0]}{where}"
 
 
-def _versions(summary):
+def _versions(summary, cause):
     v = summary.get("versions") or {}
+    minimal = (cause.get("minimal") or {}).get("after") or {}
+    shrunk = (f"; the minimal scenario below: world size {minimal['world_size']}"
+              if minimal.get("world_size") not in (None, summary["world_size"]) else "")
     engine = v.get("engine") or summary.get("adapter_version") or "unknown"
     commit = f" (commit {v['commit']})" if v.get("commit") else ""
     tree = f", source tree {summary['deepspeed_tree']}" if summary.get("deepspeed_tree") else ""
     return [f"- {summary['adapter']}: {engine}{commit}{tree}",
             f"- torch {v.get('torch', 'unknown')}, Python {v.get('python', 'unknown')}",
-            f"- world size {summary['world_size']} (CPU, Gloo), ZeRO stage {summary['stage']}"]
+            f"- world size {summary['world_size']} (CPU, Gloo), ZeRO stage {summary['stage']}"
+            f"{shrunk}"]
 
 
 def _reproduce(cause):
@@ -53,7 +57,7 @@ def _reproduce(cause):
     if minimal and minimal.get("repro") and os.path.exists(minimal["repro"]):
         with open(minimal["repro"], encoding="utf-8") as f:
             script = f.read()
-        lines = [f"Run it on every rank: `{minimal['repro_command']}` (it prints REPRODUCED; "
+        lines = [f"Run it (one process per rank): `{minimal['repro_command']}` (it prints REPRODUCED; "
                  f"with `--plain` the same steps run on plain PyTorch and must not reproduce)."]
         if script.count("\n") > _SCRIPT_LIMIT:
             return lines + [f"The script: `{minimal['repro']}` ({script.count(chr(10))} lines)."]
@@ -70,7 +74,7 @@ def _reproduce(cause):
 
 def draft(cause, summary):
     example = cause["example"]
-    lines = [f"# {_title(cause)}", "", "## Environment", ""] + _versions(summary)
+    lines = [f"# {_title(cause)}", "", "## Environment", ""] + _versions(summary, cause)
     lines += ["", "## Expected and actual", ""]
     if example.get("expected") is not None or example.get("actual") is not None:
         lines += [f"- expected: `{json.dumps(example.get('expected'), default=str)}`",
