@@ -10,6 +10,8 @@ the upstream issues KNOWN_UPSTREAM.md relates to it.
 import json
 import os
 
+from .verdict import NEW_INVARIANTS
+
 _SCRIPT_LIMIT = 400  # lines inlined; a longer script is linked instead
 
 
@@ -97,7 +99,7 @@ def draft(cause, summary):
         lines.append("No DeepSpeed frame is named: " + (
             "the finding is numeric (the first operation where DeepSpeed and a dense "
             "single-copy model trained on the same numbers part)."
-            if example["invariant"] in ("I3", "I4", "I9")
+            if example["invariant"] in NEW_INVARIANTS
             else "the audit saw no write or raise inside the package."))
     lines += ["", "## Reproduce", ""] + _reproduce(cause)
     lines += ["", "## First bad commit", ""]

@@ -25,6 +25,10 @@ from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding
 
+# The operations that write the user's attributes, and the invariants about them (whose findings
+# name the writer).
+_USER_WRITES = schema.some("ops", "set_attr", "del_attr")
+_ATTRIBUTE_INVARIANTS = schema.some("invariants", "I1", "I2")
 # A fingerprint change of an attribute (oracles.fingerprint's keys).
 _CHANGED_ATTRIBUTE = re.compile(r"^(module|parameter) '([^']*)' attribute '([^']*)': ")
 
@@ -162,7 +166,7 @@ class Replay:
             for entries in node.param_attrs.values():
                 asked["parameters"].update(e.name for e in entries)
         for op in self.scenario.ops:
-            if op.op in ("set_attr", "del_attr"):
+            if op.op in _USER_WRITES:
                 asked["parameters" if op.param else "modules"].add(op.name)
         written = {"modules": set(), "parameters": set()}
         for key, name, _ in self.ledger.expectations():
@@ -442,7 +446,7 @@ class Replay:
                 key += (repr(finding.expected), repr(finding.actual))
             if key not in self._reported:
                 self._reported.add(key)
-                if finding.invariant in ("I1", "I2"):
+                if finding.invariant in _ATTRIBUTE_INVARIANTS:
                     self._written_by(finding)
                 fresh.append(finding)
         self._report(fresh)

@@ -20,6 +20,7 @@ import os
 import re
 
 from .signatures import slug
+from .verdict import NEW_INVARIANTS
 
 KNOWN_UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "KNOWN_UPSTREAM.md")
@@ -35,13 +36,13 @@ def cause_title(finding, first_i3=None):
         finding = first_i3
     stage = re.search(r" \[ZeRO stage \d\]$", finding.get("signature", ""))
     suffix = stage.group(0) if stage else ""
-    if origin and invariant not in ("I3", "I4", "I9"):
+    if origin and invariant not in NEW_INVARIANTS:
         verb = "raised in" if origin.get("action") == "raised" else "written by"
         return f"{invariant}: {verb} {origin['file']} {origin['function']}(){suffix}"
     if invariant == "I3":
         return (f"I3 {finding.get('op') or 'build'}: {finding.get('attribute')} first differs "
                 f"from the dense twin{suffix}")
-    if invariant in ("I4", "I9"):
+    if invariant in NEW_INVARIANTS:  # I4, I9
         return f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}{suffix}"
     return finding.get("signature", "")
 
@@ -73,7 +74,7 @@ def group(verdicts, limits=()):
             if verdict["scenario"] not in cause["scenarios"]:
                 cause["scenarios"].append(verdict["scenario"])
             origin = finding.get("origin")
-            if origin and not title.startswith(("I3 ", "I4 ", "I9 ")):
+            if origin and finding["invariant"] not in NEW_INVARIANTS:
                 location = cause["location"] or {"file": origin["file"],
                                                   "function": origin["function"], "lines": []}
                 if origin["line"] not in location["lines"]:
