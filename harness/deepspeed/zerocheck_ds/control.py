@@ -10,6 +10,7 @@ plain replay per distinct scenario, so signatures of one scenario share it.
 
 import copy
 import os
+import time
 
 from .outcomes import outcome_findings
 from .signatures import signature, slug
@@ -32,6 +33,7 @@ def confirm_all(supervisor, run):
     if args.adapter == CONTROL_ADAPTER or not groups:
         return
     log(f"control: {len(groups)} signature(s) replayed on the {CONTROL_ADAPTER} engine")
+    started = time.monotonic()
     replayed = {}  # scenario path -> its control's findings
     for group in groups:
         sig = group["signature"]
@@ -55,6 +57,7 @@ def confirm_all(supervisor, run):
             "findings": len(findings)}
         if same:
             log(f"  not the engine's (the control fails too): {sig}")
+    run.control_cost = {"replays": len(replayed), "seconds": round(time.monotonic() - started, 2)}
 
 
 def _world_size(path):

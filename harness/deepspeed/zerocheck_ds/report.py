@@ -31,6 +31,7 @@ class Run:
         self.baseline = None
         self.minimal = {}  # signature -> what minimise.py produced
         self.controls = {}  # signature -> the control's replay on the pass-through engine
+        self.control_cost = None  # {"replays", "seconds"} of the controls (rank start included)
         self.versions = {}  # engine, torch, python (and commit) as the ranks reported them
         self.root_baseline = None  # the root causes against --baseline (when it has them)
         self.ablation = {}  # --ablate: scenario -> {invariant off: invariants left, or "survives"}
@@ -128,6 +129,7 @@ class Run:
             "seconds": round(self.seconds, 2),
             "scenarios_per_minute": round(per_minute, 2) if per_minute else None,
             "rank_starts": self.rank_starts,
+            "control_cost": self.control_cost,
             "signatures": groups,
             "crashes": [_brief(v) for v in self.verdicts if v["outcome"] == "crash"],
             "hangs": [_brief(v) for v in self.verdicts if v["outcome"] == "hang"],
