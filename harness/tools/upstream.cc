@@ -102,7 +102,18 @@ int run_upstream(const UpstreamOptions& o) {
   }
   std::error_code ignored;
   const std::string self = fs::read_symlink("/proc/self/exe", ignored).string();
-  return exec_python(supervisor_command(o, self.empty() ? "zerocheck" : self), "upstream");
+  auto args = supervisor_command(o, self.empty() ? "zerocheck" : self);
+  if (o.json) {
+    // stdout holds the one JSON document: the suite writes it to a copy of stdout, and stdout
+    // itself becomes stderr before Python starts, so whatever prints at import (a sitecustomize,
+    // DeepSpeed's accelerator line) cannot come before it.
+    std::fflush(stdout);
+    const int document = ::dup(STDOUT_FILENO);
+    if (document < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+      throw zero3::Error(fmt::format("zerocheck upstream --json: cannot set up stdout: {}", std::strerror(errno)));
+    args.insert(args.end(), {"--json-fd", std::to_string(document)});
+  }
+  return exec_python(args, "upstream");
 }
 
 }  // namespace zerocheck
