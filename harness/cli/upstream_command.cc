@@ -30,9 +30,44 @@ void register_export_command(CLI::App& command, int& exit_code) {
   });
 }
 
+namespace {
+
+void register_bisect_command(CLI::App& command, int& exit_code) {
+  auto options = std::make_shared<BisectOptions>();
+  command.add_option("--python", options->python, "the Python that has torch")->required();
+  command.add_option("--repo", options->repo, "a local DeepSpeed git checkout (its top folder)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  command.add_option("--good", options->good, "a revision where the script does not reproduce")->required();
+  command.add_option("--bad", options->bad, "a later revision where it reproduces")->required();
+  command.add_option("--repro", options->repro, "a repro script (OUT/repro/*.py)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command.add_option("--find", options->find,
+                     "bad: the first commit that reproduces; fix: the first that no longer does "
+                     "(then --bad is the older end)")
+      ->check(CLI::IsMember({"bad", "fix"}));
+  command.add_option("--world", options->world_size, "ranks to run the script on")->check(CLI::Range(1, 8));
+  command.add_option("--shims", options->shims,
+                     "a folder put on PYTHONPATH after the checkout (../shared/deepspeed/shims)")
+      ->check(CLI::ExistingDirectory);
+  command.add_option("--timeout", options->timeout, "seconds per commit")->check(CLI::Range(1.0, 86400.0));
+  command.add_option("--out", options->out, "also write the result here (JSON)");
+  command.add_flag("--json", options->json, "print only the result, as JSON");
+  command.callback([options, &exit_code] { exit_code = run_bisect(*options); });
+}
+
+}  // namespace
+
 void register_upstream_command(CLI::App& command, int& exit_code) {
   auto options = std::make_shared<UpstreamOptions>();
-  command.add_option("--python", options->python, "the Python that has torch (and deepspeed)")->required();
+  register_bisect_command(
+      *command.add_subcommand("bisect", "the first commit of a DeepSpeed git checkout where a repro script "
+                                        "reproduces (--find fix: where it stops)"),
+      exit_code);
+  // Required unless the command is `upstream bisect` (which has its own): checked in the callback.
+  CLI::Option* python =
+      command.add_option("--python", options->python, "the Python that has torch (and deepspeed)");
   command.add_option("--cases", options->cases, "random scenarios on top of the dictionary and seed ones")
       ->check(CLI::Range(0, 100000));
   command.add_option("--world", options->world_size, "ranks (processes on loopback)")->check(CLI::Range(1, 8));
@@ -64,7 +99,11 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
   command.add_option("--adapter", options->adapter, "deepspeed, or passthrough/faulty to check the runner")
       ->check(CLI::IsMember({"deepspeed", "passthrough", "faulty"}));
   command.add_flag("--json", options->json, "print summary.json instead of the text summary");
-  command.callback([options, &exit_code] { exit_code = run_upstream(*options); });
+  command.callback([options, python, &command, &exit_code] {
+    if (command.got_subcommand("bisect")) return;
+    if (python->count() == 0) throw CLI::RequiredError("--python");
+    exit_code = run_upstream(*options);
+  });
 }
 
 }  // namespace zerocheck::cli

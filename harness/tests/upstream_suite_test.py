@@ -16,7 +16,7 @@ at world 2, each checked from the files it writes:
      and a standalone script that reproduces it on the tree and not on plain PyTorch;
   5. --stage 1 and --stage 2 on two plain training scenarios: no finding, I3 and I4 checked.
 Run 1 also checks I3, I4 and I9: checks made, the expert a route skips stepped with its old
-gradient (I3), every other I3/I4/I9 signature triaged in KNOWN_UPSTREAM.md.
+gradient (I3), every other I3/I4/I9 root cause triaged in KNOWN_UPSTREAM.md.
 Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to import fails.
 """
 

@@ -88,7 +88,7 @@ def export(zerocheck, work):
 
 
 def triaged():
-    """Signature -> verdict from KNOWN_UPSTREAM.md's table (`signature` in backquotes)."""
+    """Root cause -> verdict from KNOWN_UPSTREAM.md's table (its title in backquotes)."""
     table = {}
     with open(KNOWN, encoding="utf-8") as f:
         for line in f:
@@ -116,9 +116,9 @@ def check_numbers(summary, found, version):
               for f in skipped["findings"]),
           f"{version}: the expert a route skipped is stepped with its old gradient (I3)")
     table = triaged()
-    new = sorted({f["signature"] for v in found.values() for f in v["findings"]
-                  if f["invariant"] in NEW_INVARIANTS} - set(table))
-    check(not new, f"{version}: every I3, I4 and I9 signature is triaged in KNOWN_UPSTREAM.md "
+    new = sorted({c["title"] for c in summary["root_causes"]
+                  if c.get("invariant") in NEW_INVARIANTS} - set(table))
+    check(not new, f"{version}: every I3, I4 and I9 root cause is triaged in KNOWN_UPSTREAM.md "
                    f"(not: {new})")
 
 

@@ -32,6 +32,30 @@ struct UpstreamOptions {
 // The supervisor's command line for these options (exported scenarios under out_dir/scenarios).
 std::vector<std::string> supervisor_command(const UpstreamOptions& options, const std::string& self);
 
+// `zerocheck upstream bisect`: the first commit of a DeepSpeed git checkout where a repro script
+// reproduces (or, with find "fix", stops reproducing); zerocheck_ds/bisect.py does the work.
+struct BisectOptions {
+  std::string python = "python3";
+  std::string repo;     // a local DeepSpeed git checkout (its top folder)
+  std::string good;     // a revision where the script does not reproduce
+  std::string bad;      // a later revision where it does
+  std::string repro;    // a repro script (OUT/repro/*.py)
+  std::string find = "bad";  // "bad": the first commit that reproduces; "fix": the first that no longer does
+  int world_size = 1;
+  std::string shims;    // put on PYTHONPATH after the checkout (../shared/deepspeed/shims)
+  double timeout = 300;  // seconds per commit
+  std::string out;       // also write the result here (JSON)
+  bool json = false;
+};
+
+// The bisection's command line (`python -m zerocheck_ds bisect ...`).
+std::vector<std::string> bisect_command(const BisectOptions& options);
+
+// Replaces this process with the Python bisection (exit codes are its own: 0 found, 1 several
+// candidates left by skipped commits, 2 bad usage, 3 it failed). Returns only when --python does
+// not run, with exit code 2 after printing why. Throws zero3::UsageError for bad options.
+int run_bisect(const BisectOptions& options);
+
 // Exports when no scenarios are given, then replaces this process with the supervisor (so
 // Ctrl-C and exit codes are the supervisor's own). Returns only on failure, with exit code 2
 // after printing why. Throws zero3::UsageError for bad options.

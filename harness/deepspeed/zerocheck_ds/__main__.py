@@ -1,5 +1,6 @@
 """`python3 -m zerocheck_ds`: the in-process runner (runner.py), or `suite` (the supervised
-regression suite, suite.py) and `worker` (one rank of it, worker.py)."""
+regression suite, suite.py), `worker` (one rank of it, worker.py), and `bisect` (the first bad
+commit of a repro script, bisect.py) with `bisect-step` (one commit of it)."""
 
 import sys
 
@@ -8,6 +9,12 @@ def _main(argv):
     if argv[:1] == ["suite"]:
         from .suite import main
         return main(argv[1:])
+    if argv[:1] == ["bisect"]:
+        from .bisect import main
+        return main(argv[1:])
+    if argv[:1] == ["bisect-step"]:
+        from .bisect import step_main
+        return step_main(argv[1:])
     if argv[:1] == ["worker"]:
         from .worker import main
         return main(argv[1:])

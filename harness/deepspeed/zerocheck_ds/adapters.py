@@ -10,6 +10,7 @@ with a process-global counter and accepts a repeated initialize) so the tests pr
 can fail. The DeepSpeed adapter lives in deepspeed_adapter.py and is imported only on request.
 """
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,11 @@ class Adapter:
 
     def version(self):
         raise NotImplementedError
+
+    def upstream_package(self):
+        """The engine's code (a package folder or one file): provenance.py attributes writes and
+        exceptions to its innermost frame inside it. Here: this file (the test adapters)."""
+        return os.path.abspath(__file__)
 
     def needs_process_group(self, world_size):
         """Returns whether torch.distributed must be initialised before the first scenario."""

@@ -28,24 +28,25 @@ def load(directory):
     return summary
 
 
-def _signatures(scenarios, names):
+def _signatures(scenarios, names, field="signatures"):
     counts, examples = Counter(), {}
     for s in scenarios:
         if s["name"] not in names:
             continue
-        for sig in s["signatures"]:
+        for sig in s.get(field, ()):
             counts[sig] += 1
             examples.setdefault(sig, s["name"])
     return counts, examples
 
 
-def compare(baseline, current):
-    """Returns {"fixed", "new", "unchanged": [...], "scenarios_compared", "only_in_*"}."""
+def compare(baseline, current, field="signatures"):
+    """Returns {"fixed", "new", "unchanged": [...], "scenarios_compared", "only_in_*"}, of the
+    signatures or (`field` "root_causes") of the root causes."""
     before = {s["name"] for s in baseline["scenarios"]}
     after = {s["name"] for s in current["scenarios"]}
     common = before & after
-    old_counts, old_examples = _signatures(baseline["scenarios"], common)
-    new_counts, new_examples = _signatures(current["scenarios"], common)
+    old_counts, old_examples = _signatures(baseline["scenarios"], common, field)
+    new_counts, new_examples = _signatures(current["scenarios"], common, field)
 
     def entry(sig):
         return {"signature": sig, "baseline_count": old_counts.get(sig, 0),
@@ -61,6 +62,12 @@ def compare(baseline, current):
         "new": [entry(s) for s in sorted(new_counts) if s not in old_counts],
         "unchanged": [entry(s) for s in sorted(new_counts) if s in old_counts],
     }
+
+
+def status(comparison):
+    """{signature or cause: "new", "fixed" or "unchanged"} of a comparison."""
+    return {e["signature"]: label for label in ("fixed", "new", "unchanged")
+            for e in comparison[label]}
 
 
 def lines(comparison):

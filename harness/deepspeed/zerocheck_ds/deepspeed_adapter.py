@@ -13,6 +13,7 @@ before any scenario runs, and the rest of the package never imports it.
 """
 
 import copy
+import os
 import re
 import sys
 
@@ -59,6 +60,9 @@ class DeepSpeedAdapter(Adapter):
 
     def version(self):
         return str(getattr(self._deepspeed, "__version__", "unknown"))
+
+    def upstream_package(self):
+        return os.path.dirname(os.path.abspath(self._deepspeed.__file__))
 
     def needs_process_group(self, world_size):
         # deepspeed.initialize wants torch.distributed even on one rank; without a group it

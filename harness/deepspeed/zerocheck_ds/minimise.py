@@ -11,6 +11,7 @@ flaky) is reported as not reproducible instead of shrunk.
 import json
 import os
 import re
+import subprocess
 import time
 
 from .outcomes import outcome_findings
@@ -73,6 +74,19 @@ def _repro_target(sig, finding):
             "exception_type": _exception_type(finding.get("exception"))}
 
 
+def produced_on(args, version):
+    """What the suite replayed on, for a repro script's header: the adapter, its version, and
+    the tree (with its git commit when it is a checkout)."""
+    text = f"{args.adapter} {version or '(version unknown)'}"
+    tree = getattr(args, "deepspeed_tree", None)
+    if tree:
+        commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        text += f" from {tree}" + (f", commit {commit.stdout.strip()}"
+                                   if commit.returncode == 0 else "")
+    return text
+
+
 def script_command(args, cwd, script, world_size):
     """The shell line that runs a repro script on every rank, with the tree the suite used."""
     env = " ".join(f"{k}={v}" for k, v in sorted(args.script_environment.items()))
@@ -111,7 +125,7 @@ def minimise_all(supervisor, run):
         if trials.finding["invariant"] in TARGET_INVARIANTS:
             os.makedirs(os.path.dirname(repro_path), exist_ok=True)
             write_repro_script(minimal_path, _repro_target(sig, trials.finding), repro_path,
-                               args.stage)
+                               args.stage, produced_on(args, supervisor.version))
             repro_command = script_command(args, supervisor.cwd, repro_path,
                                            result.scenario["world_size"])
         else:  # I3, I4, I9: the replay command reproduces it (the script needs the twin)

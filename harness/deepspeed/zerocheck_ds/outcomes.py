@@ -50,6 +50,13 @@ def skipped_of(outcome):
     return outcome.per_rank[0]["skipped"] if outcome.kind == "done" and outcome.per_rank else []
 
 
+def written_of(outcome):
+    """Rank 0's attribute names asked for and really written (every rank writes the same)."""
+    if outcome.kind != "done" or not outcome.per_rank:
+        return {}
+    return outcome.per_rank[0].get("written", {})
+
+
 def checks_of(outcome):
     """Rank 0's tally of I3, I4 and I9 checks (every rank makes the same ones)."""
     if outcome.kind != "done" or not outcome.per_rank:
@@ -57,7 +64,8 @@ def checks_of(outcome):
     return merge_tallies([outcome.per_rank[0].get("checks", {})])
 
 
-def verdict(name, adapter, version, outcome, findings, skipped, notes=(), stage=None, checks=None):
+def verdict(name, adapter, version, outcome, findings, skipped, notes=(), stage=None, checks=None,
+            written=None):
     """The verdict file's content; every finding carries its signature (and the stage in it)."""
     for f in findings:
         f["signature"] = signature(f, stage)
@@ -74,6 +82,7 @@ def verdict(name, adapter, version, outcome, findings, skipped, notes=(), stage=
         "notes": list(notes),
         "stage": stage,
         "checks": checks or {},
+        "written": written or {},
     }
 
 

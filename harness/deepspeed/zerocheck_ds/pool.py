@@ -88,6 +88,7 @@ class RankPool:
         self._start_timeout = start_timeout
         self._ranks = []
         self.version = None
+        self.versions = {}  # engine, torch, python (and commit) as rank 0 reported them
         self.starts = 0
         self.scenarios_on_these_ranks = 0
 
@@ -125,6 +126,7 @@ class RankPool:
                 if message.get("ready"):
                     ready.add(rank)
                     self.version = message.get("version")
+                    self.versions = message.get("versions") or self.versions
             dead = self._dead_rank()
             if dead is not None:
                 rank, code = dead
@@ -208,7 +210,8 @@ class RankPool:
                 if message.get("done") == name:
                     results[rank] = {"findings": message["findings"],
                                      "skipped": message["skipped"],
-                                     "checks": message.get("checks", {})}
+                                     "checks": message.get("checks", {}),
+                                     "written": message.get("written", {})}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

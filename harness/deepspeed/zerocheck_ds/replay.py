@@ -14,15 +14,24 @@ live engine.
 """
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from . import numerics, oracles, schema, seeded
-from .ledger import AttributeLedger, WriteSkipped
+from . import numerics, oracles, provenance, schema, seeded
+from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding
+
+# The operations that write the user's attributes, and the invariants about them (whose findings
+# name the writer).
+_USER_WRITES = schema.some("ops", "set_attr", "del_attr")
+_ATTRIBUTE_INVARIANTS = schema.some("invariants", "I1", "I2")
+# A fingerprint change of an attribute (oracles.fingerprint's keys).
+_CHANGED_ATTRIBUTE = re.compile(r"^(module|parameter) '([^']*)' attribute '([^']*)': ")
+
 
 @dataclass(eq=False)
 class LiveEngine:
@@ -36,6 +45,9 @@ class ReplayResult:
     findings: list = field(default_factory=list)  # [Finding]
     skipped: list = field(default_factory=list)  # [{"op_index", "op", "what", "reason"}]
     checks: dict = field(default_factory=dict)  # I3/I4/I9: {"checked": n, "not_checked": {...}}
+    # Attribute names the scenario asked the user to write, and those really written (the rest
+    # were refused as not representable: `forward`, `weight`, ...): {"modules": {...}, ...}.
+    written: dict = field(default_factory=dict)
 
 
 # The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++
@@ -64,12 +76,17 @@ def trainable_parameters(module):
 class Replay:
     """One scenario on this rank. `exchange` (exchange.Exchange, made once per process by every
     rank) turns on I3, I4 and I9, less the invariants in `disabled`; `stage` replays the scenario
-    with that ZeRO stage instead of its own."""
+    with that ZeRO stage instead of its own. `audit` (provenance.Audit, installed once per
+    process) names the upstream code that wrote a clobbered attribute; without it only the code
+    that raised is named."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
-                 stage=None, disabled=()):
+                 stage=None, disabled=(), audit=None):
         self.scenario = scenario
         self.adapter = adapter
+        self._audit = audit
+        self._upstream = audit.files if audit is not None else provenance.UpstreamFiles(
+            adapter.upstream_package())
         self.rank = rank
         # Told (op index or None, op name) before each step: the supervisor's heartbeat.
         self._observer = observer or (lambda index, op: None)
@@ -110,6 +127,8 @@ class Replay:
             if kind == "Expert":  # its Linear is part of the node, not a node of its own
                 self._node_kinds[f"{path}.linear" if path else "linear"] = kind
         self.root = built.root
+        if self._audit is not None:
+            self._audit.watch(self.root)
         if self.numerics is not None:
             self.numerics.bind(self.root)
         self.ledger = AttributeLedger(built)
@@ -136,7 +155,24 @@ class Replay:
         self._teardown()
         if self.numerics is not None:
             self.result.checks = self.numerics.tally.to_json()
+        self.result.written = self._written()
         return self.result
+
+    def _written(self):
+        """{"modules"/"parameters": {"asked": names, "written": names}} of this scenario."""
+        asked = {"modules": set(), "parameters": set()}
+        for node in self.scenario.tree:
+            asked["modules"].update(e.name for e in node.attrs)
+            for entries in node.param_attrs.values():
+                asked["parameters"].update(e.name for e in entries)
+        for op in self.scenario.ops:
+            if op.op in _USER_WRITES:
+                asked["parameters" if op.param else "modules"].add(op.name)
+        written = {"modules": set(), "parameters": set()}
+        for key, name, _ in self.ledger.expectations():
+            written["parameters" if key.param else "modules"].add(name)
+        return {kind: {"asked": sorted(asked[kind]), "written": sorted(written[kind])}
+                for kind in asked}
 
     # ---- operations ---------------------------------------------------------------------------
 
@@ -185,8 +221,14 @@ class Replay:
         except BaseException as e:  # whatever it raised is judged by the oracle
             exception = e
         changes = oracles.fingerprint_changes(before, oracles.fingerprint(self.root, optimizers))
-        self._report(oracles.judge_repeated_initialize(self.adapter, index, why_refused,
-                                                       exception, changes))
+        findings = oracles.judge_repeated_initialize(self.adapter, index, why_refused, exception,
+                                                     changes)
+        for finding in findings:
+            if finding.exception:
+                self._raised_by(finding, exception)
+            elif finding.expected == "nothing changed":
+                self._changed_by(finding, changes)
+        self._report(findings)
         if self.numerics is not None:
             self.numerics.repeated(accepted=exception is None,
                                    clean=exception is not None and not changes
@@ -202,7 +244,8 @@ class Replay:
         except KeyboardInterrupt:
             raise
         except BaseException as e:
-            self._report([oracles.training_still_runs_finding(index, refused, e)])
+            self._report([self._raised_by(oracles.training_still_runs_finding(index, refused, e),
+                                          e)])
 
     def _forward(self, index, op):
         x, target = self._batch(index)
@@ -283,10 +326,10 @@ class Replay:
         except WriteSkipped as e:
             self._skip(index, op.op, what, str(e))
         except Exception as e:  # the engine made a plain user write fail
-            self._report([Finding(
+            self._report([self._raised_by(Finding(
                 invariant="I1", op_index=index, op=op.op, module_path=op.module, param=op.param,
                 attribute=op.name, exception=f"{type(e).__name__}: {e}",
-                message=f"the user's {what} raised {type(e).__name__}: {e}")])
+                message=f"the user's {what} raised {type(e).__name__}: {e}"), e)])
 
     def _release(self, index, op):
         if not self._live and not self._accepted_repeats:
@@ -344,11 +387,56 @@ class Replay:
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # SystemExit from a library is a finding too, not our exit
-            self._report([Finding(
+            self._report([self._raised_by(Finding(
                 invariant="op", op_index=index, op=op, expected="no exception",
                 actual=type(e).__name__, exception=f"{type(e).__name__}: {e}",
-                message=f"{op} raised {type(e).__name__}: {e}")])
+                message=f"{op} raised {type(e).__name__}: {e}"), e)])
             return False, None
+
+    def _raised_by(self, finding, exception):
+        """Names the innermost upstream frame that raised `exception` in `finding`."""
+        origin = self._upstream.raiser(exception)
+        if origin is not None:
+            finding.origin = origin.to_json()
+            finding.message += f" (raised at {origin.describe()})"
+        return finding
+
+    def _changed_by(self, finding, changes):
+        """Names the upstream code that wrote the first changed attribute the audit saw."""
+        if self._audit is None:
+            return
+        for change in changes:
+            match = _CHANGED_ATTRIBUTE.match(change)
+            if not match:
+                continue
+            kind, path, name = match.groups()
+            try:
+                obj = (self.root.get_submodule(path) if kind == "module"
+                       else self.root.get_parameter(path))
+            except Exception:  # noqa: BLE001 - gone since: nobody to name
+                continue
+            origin = self._audit.last(obj, name)
+            if origin is not None:
+                finding.origin = origin.to_json()
+                finding.message += f"; {kind} {path!r} attribute {name!r} by {origin.describe()}"
+                return
+
+    def _written_by(self, finding):
+        """Names the upstream code that last wrote or deleted an I1/I2 finding's attribute."""
+        if self._audit is None or not finding.attribute or finding.exception:
+            return
+        try:
+            obj = self.ledger.lookup(ObjectKey(finding.module_path, finding.param or ""))
+        except Exception:  # noqa: BLE001 - the object is gone: nobody to name
+            return
+        origin = self._audit.last(obj, finding.attribute)
+        if origin is None:
+            finding.message += ("; no upstream write of it was seen (an in-place change, or a "
+                                "write around __setattr__)")
+            return
+        finding.origin = origin.to_json()
+        verb = "deleted" if origin.action == "deleted" else "overwritten"
+        finding.message += f"; {verb} by {origin.describe()}"
 
     def _check(self, index, op):
         findings = oracles.check_user_attributes(self.ledger, index, op)
@@ -366,6 +454,8 @@ class Replay:
                 key += (repr(finding.expected), repr(finding.actual))
             if key not in self._reported:
                 self._reported.add(key)
+                if finding.invariant in _ATTRIBUTE_INVARIANTS:
+                    self._written_by(finding)
                 fresh.append(finding)
         self._report(fresh)
 

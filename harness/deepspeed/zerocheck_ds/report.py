@@ -3,13 +3,15 @@ summary.json (the machine-readable form `--baseline` reads back).
 """
 
 import os
+import re
 import time
 from collections import Counter
 
-from . import baseline as baseline_module
+from . import baseline as baseline_module, root_causes
 from .verdict import merge_tallies
 
-SUMMARY_FORMAT = "zerocheck-upstream-summary/1"
+# /2: root causes, limits (the control's), not_checked, versions, per-scenario root causes.
+SUMMARY_FORMAT = "zerocheck-upstream-summary/2"
 _SCREEN_SIGNATURES = 15
 
 
@@ -28,6 +30,10 @@ class Run:
         self.interrupted = False
         self.baseline = None
         self.minimal = {}  # signature -> what minimise.py produced
+        self.controls = {}  # signature -> the control's replay on the pass-through engine
+        self.control_cost = None  # {"replays", "seconds"} of the controls (rank start included)
+        self.versions = {}  # engine, torch, python (and commit) as the ranks reported them
+        self.root_baseline = None  # the root causes against --baseline (when it has them)
         self.ablation = {}  # --ablate: scenario -> {invariant off: invariants left, or "survives"}
 
     def add(self, result):
@@ -38,7 +44,17 @@ class Run:
         self.version, self.rank_starts, self.finished = version, rank_starts, True
 
     def signature_counts(self):
-        return Counter(f["signature"] for v in self.verdicts for f in v["findings"])
+        """Findings per signature, less those the control showed are the replay's limits."""
+        limits = self.limits()
+        return Counter(f["signature"] for v in self.verdicts for f in v["findings"]
+                       if f["signature"] not in limits)
+
+    def limits(self):
+        """Signatures the pass-through engine shows too: limits of the replay, not upstream's."""
+        return {sig for sig, c in self.controls.items() if c["also_without_engine"]}
+
+    def root_causes(self):
+        return root_causes.group(self.verdicts, self.limits())
 
     def groups(self):
         """signature -> {"invariant", "count", "scenarios", "example": finding}, by count."""
@@ -84,10 +100,23 @@ class Run:
                     self.minimal[sig]["scenario"], os.path.join(self.args.out, "replay"))
             groups.append(entry)
         per_minute = len(self.verdicts) / self.seconds * 60 if self.seconds else None
+        limits = self.limits()
+        for entry in groups:
+            if entry["signature"] in self.controls:
+                entry["control"] = self.controls[entry["signature"]]
         return {
             "format": SUMMARY_FORMAT,
             "adapter": self.args.adapter,
             "adapter_version": self.version,
+            "versions": self.versions,
+            "root_causes": self._causes(groups),
+            "limits": [{"signature": g["signature"], "scenarios": g["scenarios"],
+                        "reason": g["control"]["reason"], "control": g["control"]}
+                       for g in groups if g["signature"] in limits],
+            "coverage": attribute_coverage(self.verdicts),
+            "not_checked": {"operations": skipped_reasons(self.verdicts),
+                            "checks": {inv: e["not_checked"] for inv, e in
+                                       merge_tallies(v.get("checks") for v in self.verdicts).items()}},
             "deepspeed_tree": self.args.deepspeed_tree,
             "world_size": self.args.world,
             "stage": self.args.stage,
@@ -100,15 +129,75 @@ class Run:
             "seconds": round(self.seconds, 2),
             "scenarios_per_minute": round(per_minute, 2) if per_minute else None,
             "rank_starts": self.rank_starts,
+            "control_cost": self.control_cost,
             "signatures": groups,
             "crashes": [_brief(v) for v in self.verdicts if v["outcome"] == "crash"],
             "hangs": [_brief(v) for v in self.verdicts if v["outcome"] == "hang"],
             "scenarios": [{"name": v["scenario"], "outcome": v["outcome"],
-                           "signatures": sorted({f["signature"] for f in v["findings"]})}
+                           "signatures": sorted({f["signature"] for f in v["findings"]}),
+                           "root_causes": sorted({title for title, f in
+                                                  root_causes.scenario_causes(v)
+                                                  if f["signature"] not in limits})}
                           for v in self.verdicts],
             "baseline": self.baseline,
             "ablation": _ablation(self.ablation) if self.args.ablate else None,
         }
+
+
+    def _causes(self, groups):
+        """The root causes with their triage, baseline status, repro and issue draft."""
+        known = root_causes.known_upstream()
+        status = baseline_module.status(self.root_baseline) if self.root_baseline else {}
+        by_signature = {g["signature"]: g for g in groups}
+        causes = []
+        for cause in self.root_causes():
+            cause["triage"] = known.get(cause["title"])
+            if self.root_baseline is not None:
+                cause["baseline"] = status.get(cause["title"], "unchanged")
+            shrunk = [by_signature[s]["minimal"] for s in cause["signatures"]
+                      if by_signature.get(s, {}).get("minimal", {}).get("reproducible")]
+            with_script = [m for m in shrunk if m.get("repro")]
+            cause["minimal"] = (with_script or shrunk or [None])[0]
+            cause["replay_command"] = by_signature[cause["signatures"][0]]["replay_command"]
+            cause["draft"] = os.path.join(self.args.out, "issues", f"{cause['id']}.md")
+            causes.append(cause)
+        if self.root_baseline is not None:
+            causes += [{"id": root_causes.slug(e["signature"]), "title": e["signature"],
+                        "baseline": "fixed", "signatures": [], "scenarios": [], "count": 0,
+                        "example_scenario": e["example_scenario"]}
+                       for e in self.root_baseline["fixed"]]
+        return causes
+
+
+def attribute_coverage(verdicts):
+    """Per kind of object, the attribute names the scenarios asked for, and of those the names a
+    verdict shows were really written on the engine's side: a name the replay refused every time
+    (one Python reserves, like `forward` or `weight`) is not covered, whatever the export asked."""
+    coverage = {}
+    for kind in ("modules", "parameters"):
+        asked, written = set(), set()
+        for v in verdicts:
+            entry = (v.get("written") or {}).get(kind, {})
+            asked.update(entry.get("asked", ()))
+            written.update(entry.get("written", ()))
+        coverage[kind] = {"asked": len(asked), "covered": len(written & asked),
+                          "never_written": sorted(asked - written)}
+    return coverage
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def skipped_reasons(verdicts):
+    """{reason: operations skipped for it} over every verdict, the reasons' names and numbers
+    (paths, counts) made generic so that one reason is one row."""
+    counts = Counter()
+    for v in verdicts:
+        for entry in v.get("skipped", ()):
+            reason = _NUMBER.sub("N", _QUOTED.sub("'...'", entry["reason"]))
+            counts[f"{entry['op'] or 'build'}: {reason}"] += 1
+    return dict(counts.most_common())
 
 
 def _ablation(rows):
@@ -145,6 +234,22 @@ def screen(run):
     if s["interrupted"]:
         lines.append("INTERRUPTED: the verdicts above are all there is")
     lines += _checks_lines(s, limit=3)
+    lines += _not_checked_lines(s, limit=3)
+    causes = [c for c in s["root_causes"] if c.get("baseline") != "fixed"]
+    lines.append(f"{len(causes)} root cause(s) of {len(s['signatures']) - len(s['limits'])} "
+                 f"upstream signature(s):")
+    for c in causes[:_SCREEN_SIGNATURES]:
+        mark = f"[{c['baseline']}] " if "baseline" in c else ""
+        lines.append(f"  {len(c['scenarios']):>3} scen {len(c['signatures']):>3} sig  {mark}"
+                     f"{c['title']}{_lines_text(c)}")
+    if run.root_baseline is not None:
+        b = run.root_baseline
+        lines.append(f"root causes against the baseline: {len(b['fixed'])} fixed, "
+                     f"{len(b['new'])} new, {len(b['unchanged'])} unchanged"
+                     + "".join(f"\n  fixed: {e['signature']}" for e in b["fixed"]))
+    for limit in s["limits"]:
+        lines.append(f"  not upstream's (the control fails too): {limit['signature']}: "
+                     f"{limit['reason']}")
     lines.append(f"{len(s['signatures'])} distinct finding signature(s):")
     for g in s["signatures"][:_SCREEN_SIGNATURES]:
         shrunk = ""
@@ -180,6 +285,65 @@ def _checks_lines(s, limit=None):
     return lines
 
 
+def _lines_text(cause):
+    location = cause.get("location")
+    if not location:
+        return ""
+    return f" (line{'s' if len(location['lines']) > 1 else ''} " + \
+        ", ".join(map(str, location["lines"])) + ")"
+
+
+def _coverage_lines(s):
+    """Attribute names really written on the engine's side, of those the scenarios asked for."""
+    lines = []
+    for kind, c in s["coverage"].items():
+        never = c["never_written"]
+        shown = ", ".join(never[:12]) + (f", ... {len(never) - 12} more" if len(never) > 12 else "")
+        lines.append(f"attribute names on {kind}: {c['covered']} of {c['asked']} really written"
+                     + (f"; never written (refused every time): {shown}" if never else ""))
+    return lines
+
+
+def _not_checked_lines(s, limit=None):
+    """Operations skipped, by reason (the checks not made are in _checks_lines)."""
+    ops = list(s["not_checked"]["operations"].items())
+    if not ops:
+        return ["operations skipped: none"] + _coverage_lines(s)
+    shown = ops[:limit] if limit else ops
+    more = f"; ... {len(ops) - len(shown)} more reasons" if len(shown) < len(ops) else ""
+    return [f"operations skipped: {sum(n for _, n in ops)}: "
+            + "; ".join(f"{n}x {reason}" for reason, n in shown) + more] + _coverage_lines(s)
+
+
+def _cause_markdown(c, out_dir):
+    if c.get("baseline") == "fixed":
+        return [f"### {c['title']}", "", f"- fixed: in the baseline, not in this run (e.g. "
+                                          f"{c['example_scenario']})", ""]
+    lines = [f"### {c['title']}", ""]
+    if c.get("baseline"):
+        lines.append(f"- against the baseline: **{c['baseline']}**")
+    if c["location"]:
+        lines.append(f"- upstream location: `{c['location']['file']}` "
+                     f"`{c['location']['function']}()`{_lines_text(c)}")
+    lines.append(f"- {c['count']} finding(s) in {len(c['scenarios'])} scenario(s): "
+                 + ", ".join(c["scenarios"][:10]) + (" ..." if len(c["scenarios"]) > 10 else ""))
+    lines.append(f"- example: {c['example']['message']}")
+    triage = c.get("triage")
+    if triage:
+        issues = ", ".join(f"[#{i['number']}]({i['url']})" for i in triage["issues"])
+        lines.append(f"- KNOWN_UPSTREAM.md: {triage['verdict']}" + (f"; upstream: {issues}"
+                                                                     if issues else ""))
+    else:
+        lines.append("- KNOWN_UPSTREAM.md: not triaged")
+    lines.append(f"- issue draft: [{os.path.relpath(c['draft'], out_dir)}]"
+                 f"({os.path.relpath(c['draft'], out_dir)})")
+    if c.get("minimal") and c["minimal"].get("repro"):
+        lines.append(f"- standalone script: `{c['minimal']['repro']}`")
+    lines.append("- signatures:")
+    lines += [f"  - `{sig}`" for sig in c["signatures"]]
+    return lines + [""]
+
+
 def write_markdown(path, run):
     s = run.summary()
     out = [f"# zerocheck upstream report: {s['adapter']} {s['adapter_version']}", "",
@@ -188,7 +352,22 @@ def write_markdown(path, run):
            f"- {s['scenarios_run']} scenario(s) in {s['seconds']} s "
            f"({s['scenarios_per_minute']} per minute, {s['rank_starts']} rank start(s))",
            f"- outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(s["outcomes"].items())),
-           f"- interrupted: {s['interrupted']}", "", "## Checks of I3, I4, I9", ""]
+           f"- interrupted: {s['interrupted']}", ""]
+    causes = s["root_causes"]
+    open_causes = [c for c in causes if c.get("baseline") != "fixed"]
+    out += [f"## Root causes ({len(open_causes)}, of {len(s['signatures']) - len(s['limits'])} "
+            f"upstream signature(s))", ""]
+    if not causes:
+        out += ["None: every invariant held (or what failed is a limit of the replay).", ""]
+    for c in causes:
+        out += _cause_markdown(c, run.args.out)
+    out += ["## Limits of the replay (the control on the pass-through engine fails too)", ""]
+    out += [f"- `{lim['signature']}` ({len(lim['scenarios'])} scenario(s)): {lim['reason']}"
+            for lim in s["limits"]] or ["None."]
+    ops = s["not_checked"]["operations"]
+    out += ["", "## Not checked", "", f"- operations skipped: {sum(ops.values())}"]
+    out += [f"  - {n}x {reason}" for reason, n in ops.items()]
+    out += [f"- {line}" for line in _coverage_lines(s)]
     out += [f"- {line}" for line in _checks_lines(s)] + ["", "## Findings by signature", ""]
     if not s["signatures"]:
         out.append("None: every invariant held.")

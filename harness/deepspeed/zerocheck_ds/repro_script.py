@@ -8,9 +8,13 @@ It ends with `REPRODUCED <signature>: expected ..., got ...` and exit 1 when a f
 target shows, else `NOT REPRODUCED <signature>` and exit 0; `--plain` runs the same steps on a
 pass-through engine (plain PyTorch), which must not reproduce.
 
-One source of truth: the model classes, the data seeding and the I5 fingerprint are copied into
-the script from seeded.py, tree.py, replay.py and oracles.py with inspect.getsource, so the script builds
-the same model, feeds the same numbers and compares the same state as the replay. Which user
+One source of truth: the model classes, the data seeding, the checks and the I5 fingerprint are
+copied into the script from tree.py, seeded.py, repro_runtime.py and oracles.py with
+inspect.getsource, so the script builds the same model, feeds the same numbers and compares the
+same state as the replay. Only what the script uses is copied (a definition and what it needs:
+repro_runtime.source), only the modules it names are imported, and the pass-through engine has
+only the methods its operations call: a scenario without a forward gets no seeded values and no
+route-taking classes (its containers are torch's), one with a single initialize no I5 machinery. Which user
 writes are skipped as not representable is decided here with the replay's own rule
 (collisions.PristineNames over a freshly built tree), and written into the script as comments.
 
@@ -20,12 +24,18 @@ delete finds anything. Differences from the replay: a repeated initialize must r
 that deepspeed_adapter.is_refusal accepts (the same rule, embedded); a path that did not exist at generation time is skipped without looking again.
 """
 
+import ast
 import copy
 import inspect
+import io
 import os
+import re
 import textwrap
+import tokenize
 
-from . import oracles, replay, schema, seeded, tree
+import torch
+
+from . import oracles, replay, repro_runtime, schema, seeded, tree
 from .collisions import PristineNames
 from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES, deepspeed_config
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
@@ -52,10 +62,6 @@ INVARIANT_MEANING = {**schema.some("invariants", {
 }
 
 _CONTAINERS = schema.CONTAINER_KINDS
-# The kinds whose module class is tree.py's (the others are torch.nn's).
-_NODE_CLASSES = schema.some("node_kinds", {
-    "Offset": tree.OffsetNode, "Expert": tree.ExpertNode, "Sequential": tree.SequentialNode,
-    "ModuleList": tree.ModuleListNode, "MoE": tree.MoENode})
 # Operations by the code block they get.
 _PLAIN_OPS = schema.some("ops", "backward", "step", "zero_grad")
 _RELEASE_OPS = schema.some("ops", "release", "destroy")
@@ -63,9 +69,10 @@ _WRITE_OPS = schema.some("ops", "set_attr", "del_attr")
 _BATCH_OPS = schema.some("ops", "initialize", "forward")  # need the seeded batches
 
 
-def repro_script_text(scenario_path, target, script_name="repro.py", stage=3):
+def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, produced_on=None):
     """Returns the text of a standalone script reproducing `target` from the scenario file,
-    replayed with ZeRO `stage` (the suite's --stage).
+    replayed with ZeRO `stage` (the suite's --stage); `produced_on` names what showed the
+    finding (e.g. "deepspeed 0.14.5, commit eb07d41f9"), recorded with torch's version.
 
     `target`: {"signature", "invariant", "op_index", "op", "module_path", "param", "attribute",
     "exception_type"} (only "signature" and "invariant" are required). Raises ScenarioError for a
@@ -73,24 +80,95 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3):
     """
     _check_target(target)
     plan = _Plan(load_scenario(scenario_path))
-    sections = [
-        _header(plan, target, script_name),
-        _settings(plan, target, stage),
-        _ENGINE,
-        _model_classes(plan),
-        _seeded_values(),
-        _CHECKS + _PLACEMENT_CHECKS.get(plan.placement.kind, ""),
-        _operation_helpers(plan),
-        _build(plan),
-        _operations(plan),
-        _verdict(target),
-    ]
+    # Teardown (engine.destroy() on the engines left) can matter only to a finding it may show
+    # (one at no operation), or where engines are released or repeated anyway.
+    plan.teardown = plan.initializes and (target.get("op_index") is None or plan.initializes > 1
+                                          or "release" in plan.ops_used)
+    # The script's own steps first; then only the definitions they use are copied in (from
+    # tree.py, seeded.py and repro_runtime.py), and only the modules they name are imported.
+    settings, engine = _settings(plan, target, stage), _engine(plan)
+    steps = [_operation_helpers(plan), _build(plan), _operations(plan), _verdict(target)]
+    used = _names_used("\n".join([settings, engine] + steps))
+    copied = [_copied("the model's classes (every module maps FEATURES -> FEATURES)", tree, used),
+              _copied("the numbers: seeded values of parameters and data (as in zerocheck)",
+                      seeded, used),
+              _copied("failures and the checks", repro_runtime, used)]
+    body = _without_unused([settings, engine] + copied + steps)
+    sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
+                        produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
-def write_repro_script(scenario_path, target, out_path, stage=3):
+def _names_used(text):
+    """Every name the script text reads or calls and does not bind itself (attributes, local
+    variables and parameters excepted): what must come from elsewhere."""
+    tree_ = ast.parse(text)
+    loaded, bound = set(), set()
+    for node in ast.walk(tree_):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    return loaded - bound
+
+
+def _without_unused(sections):
+    """The sections as one text without the top-level definitions and assignments nothing else
+    reads (generic state and helpers this scenario does not need), until none is left."""
+    text = "\n\n\n".join(part.strip("\n") for part in sections if part)
+    while True:
+        module = ast.parse(text)
+        unused = []
+        for node in module.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = {node.name}
+            elif isinstance(node, ast.Assign) and all(isinstance(t, (ast.Name, ast.Tuple))
+                                                      for t in node.targets):
+                names = {n.id for t in node.targets for n in ast.walk(t)
+                         if isinstance(n, ast.Name)}
+            else:
+                continue
+            inside = {id(n) for n in ast.walk(node)}
+            if not any(isinstance(n, ast.Name) and n.id in names and id(n) not in inside
+                       and isinstance(n.ctx, ast.Load) for n in ast.walk(module)):
+                unused.append(node)
+        if not unused:
+            return [text]
+        drop = {i for node in unused for i in range(node.lineno - 1, node.end_lineno)}
+        lines = [line for i, line in enumerate(text.split("\n")) if i not in drop]
+        text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines))
+
+
+def _copied(title, module, used):
+    """The definitions of `module` that `used` names, and what they need, under a rule; or ""."""
+    wanted = sorted(used & set(repro_runtime.definitions(module)))
+    return _rule(title) + "\n\n" + repro_runtime.source(wanted, module) if wanted else ""
+
+
+def code_lines(text):
+    """The number of lines of code in a script: blank lines, comments and docstrings (the
+    module's, classes' and functions') are not code (issue 28's budgets count these)."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body:
+            first = node.body[0]
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    code = set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                              tokenize.DEDENT, tokenize.ENDMARKER):
+            code.update(range(token.start[0], token.end[0] + 1))
+    return len(code - docstrings)
+
+
+def write_repro_script(scenario_path, target, out_path, stage=3, produced_on=None):
     """Writes repro_script_text(...) to `out_path`, executable (0755). Raises as it does."""
-    text = repro_script_text(scenario_path, target, os.path.basename(out_path), stage)
+    text = repro_script_text(scenario_path, target, os.path.basename(out_path), stage,
+                             produced_on)
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(text)
     os.chmod(out_path, 0o755)
@@ -117,6 +195,13 @@ class _Plan:
         self.names = PristineNames(self.built.root)  # before any write, like the ledger's rule
         self.variable = {id(m): f"n{i}" for i, m in self.built.nodes.items()}
         self.root_takes_route = scenario.tree[0].kind in _CONTAINERS
+        # Whether any forward runs (an op, or the probe after a repeated initialize): without
+        # one, parameter values and the containers' forward never matter, and the script
+        # leaves out the seeded values and the route-taking classes.
+        kinds = [op.op for op in scenario.ops]
+        self.initializes = kinds.count("initialize")
+        self.runs_forward = "forward" in kinds or self.initializes > 1
+        self.ops_used = set(kinds) | ({"release"} if "destroy" in kinds else set())
 
     def skip_reason(self, obj, key, name):
         """Returns why the replay skips writing `name` on `obj` (the ledger's words), or None."""
@@ -190,7 +275,13 @@ def _paragraph(text):
     return textwrap.fill(text, width=96, break_long_words=False, break_on_hyphens=False)
 
 
-def _header(plan, target, script_name):
+# What a script may import, as its import line; each only where the script uses the name.
+_IMPORTS = {"copy": "import copy", "math": "import math", "os": "import os", "re": "import re",
+            "socket": "import socket", "struct": "import struct", "sys": "import sys"}
+_TORCH_IMPORTS = {"F": "import torch.nn.functional as F", "nn": "from torch import nn"}
+
+
+def _header(plan, target, script_name, used, stage, produced_on):
     s, invariant, name = plan.scenario, target["invariant"], _docstring_safe(script_name)
     seen = ("build time or teardown" if target.get("op_index") is None
             else f"op {target['op_index']} ({target.get('op') or '?'})")
@@ -199,7 +290,9 @@ def _header(plan, target, script_name):
     what = (f"What fails ({invariant}): {INVARIANT_MEANING[invariant]}; first seen at {seen}"
             + (": " + ", ".join(details) if details else "") + ".")
     origin = (f"Generated by zerocheck from scenario {s.name!r} ({s.world_size} rank(s), "
-              f"{len(s.ops)} operations). Needs torch, and deepspeed unless --plain.")
+              f"{len(s.ops)} operations, ZeRO stage {stage}), on "
+              f"{produced_on or 'an unrecorded DeepSpeed'} with torch {torch.__version__}. "
+              f"Needs torch, and deepspeed unless --plain.")
     if s.world_size == 1:
         run = f"    python3 {name}"
     else:
@@ -229,27 +322,20 @@ def _header(plan, target, script_name):
         "Control, plain PyTorch (a pass-through engine that refuses a repeated initialize); it "
         f"must NOT\nreproduce:\n    python3 {name} --plain",
         _paragraph(outcome + " " + checks)])
+    imports = [line for name, line in _IMPORTS.items() if name in used]
+    imports += ["", "import torch"] + [line for name, line in _TORCH_IMPORTS.items() if name in used]
     return f'''#!/usr/bin/env python3
 """{doc}
 """
 
-import copy
-import math
-import os
-import re
-import socket
-import sys
-
-import torch
-import torch.nn.functional as F
-from torch import nn'''
+''' + "\n".join(imports)
 
 
 def _config_lines(config, indent):
-    # One key a line, nested dicts opened on their own lines: a maintainer edits these.
+    # One key a line (a maintainer edits these), a nested dict on one line where it fits.
     lines = []
     for key, value in config.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and len(f"{indent}{key!r}: {value!r},") > 96:
             lines += [f"{indent}{key!r}: {{"] + _config_lines(value, indent + "    ")
             lines.append(f"{indent}}},")
         else:
@@ -263,7 +349,20 @@ def _settings(plan, target, stage):
     config["zero_optimization"]["stage"] = stage
     # What deepspeed_adapter.deepspeed_config adds, each key with its reason.
     added = deepspeed_config({})
+    batch_size = ""
+    if "train_batch_size" in config:
+        batch_size = ("\nif WORLD_SIZE != SCENARIO_WORLD_SIZE:\n"
+                      "    CONFIG.pop(\"train_batch_size\")  # sized for the scenario's world size")
     config = "\n".join(_config_lines(config, "    "))
+    # Only the numbers the script uses: the world size for placement and the batch size, the
+    # seed and batch for seeded values.
+    numbers = []
+    if plan.placement.kind != "none" or batch_size:
+        numbers.append(f"SCENARIO_WORLD_SIZE = {s.world_size}  # placement (I2) and batch "
+                       f"size use it whatever the real world size")
+    numbers.append(f"SEED, FEATURES, BATCH = {s.seed}, {s.features}, {s.batch}"
+                   if plan.runs_forward else f"FEATURES = {s.features}")
+    numbers = "\n".join(numbers)
     return f'''if sys.argv[1:] not in ([], ["--plain"]):
     print(f"usage: {{sys.argv[0]}} [--plain]", file=sys.stderr)
     sys.exit(2)
@@ -271,18 +370,56 @@ PLAIN = sys.argv[1:] == ["--plain"]
 RANK = int(os.environ.get("RANK", "0"))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
 SIGNATURE = {target["signature"]!r}
-SCENARIO_WORLD_SIZE = {s.world_size}  # placement (I2) uses it whatever the real world size
-SEED, FEATURES, BATCH = {s.seed}, {s.features}, {s.batch}
+{numbers}
 CONFIG = {{  # ZeRO stage {stage}{" (the scenario's is 3)" if stage != 3 else ""}
 {config}
     # ZeRO takes an optimizer it has not tested (SGD) only with this; it changes nothing else.
     'zero_allow_untested_optimizer': {added["zero_allow_untested_optimizer"]!r},
     # No clipping (master's default is 1.0), as in the replay.
     'gradient_clipping': {added["gradient_clipping"]!r},
-}}
-if WORLD_SIZE != SCENARIO_WORLD_SIZE:
-    CONFIG.pop("train_batch_size", None)  # sized for the scenario's world size'''
+}}{batch_size}
+PREFIX = f"[rank {{RANK}}] " if WORLD_SIZE > 1 else ""'''
 
+
+def _engine(plan):
+    """The engine section: DeepSpeed, or the pass-through stand-in with only the methods the
+    operations call (and the refusal only when the scenario initializes more than once)."""
+    methods = {"__init__": True, "__call__": plan.runs_forward,
+               "backward": "backward" in plan.ops_used, "step": "step" in plan.ops_used,
+               "zero_grad": "zero_grad" in plan.ops_used, "destroy": "release" in plan.ops_used}
+    plain = "\n\n".join(_PLAIN_METHODS[m] for m, wanted in methods.items() if wanted)
+    refusal = _PLAIN_REFUSAL if plan.initializes > 1 else ""
+    return _ENGINE.format(plain_methods=plain.rstrip("\n"), refusal=refusal.rstrip("\n"))
+
+
+_PLAIN_METHODS = {
+    "__init__": """        def __init__(self, module, optimizer, registry):
+            self.module, self.optimizer, self._registry = module, optimizer, registry""",
+    "__call__": """        def __call__(self, *inputs):
+            return self.module(*inputs)""",
+    "backward": """        def backward(self, loss):
+            loss.backward()""",
+    "step": """        def step(self):
+            if self.optimizer is not None:
+                self.optimizer.step()""",
+    "zero_grad": """        def zero_grad(self):
+            if self.optimizer is not None:
+                self.optimizer.zero_grad()
+            else:
+                self.module.zero_grad()""",
+    "destroy": """        def destroy(self):
+            self._registry[:] = [e for e in self._registry if e is not self]""",
+}
+
+_PLAIN_REFUSAL = """
+            for engine in self.live:
+                managed = {id(m) for m in engine.module.modules()}
+                if any(id(m) in managed for m in model.modules()):
+                    raise RuntimeError("this module or one of its submodules has already been "
+                                       "initialized by a live engine")
+                if optimizer is not None and optimizer is engine.optimizer:
+                    raise RuntimeError("this optimizer has already been initialized by a live "
+                                       "engine")"""
 
 _ENGINE = '''
 # ---- the engine: DeepSpeed, or a pass-through stand-in under --plain -------------------------
@@ -291,27 +428,7 @@ if PLAIN:
     class PlainEngine:
         """The model itself and the user's optimizer: what a correct engine must look like."""
 
-        def __init__(self, module, optimizer, registry):
-            self.module, self.optimizer, self._registry = module, optimizer, registry
-
-        def __call__(self, *inputs):
-            return self.module(*inputs)
-
-        def backward(self, loss):
-            loss.backward()
-
-        def step(self):
-            if self.optimizer is not None:
-                self.optimizer.step()
-
-        def zero_grad(self):
-            if self.optimizer is not None:
-                self.optimizer.zero_grad()
-            else:
-                self.module.zero_grad()
-
-        def destroy(self):
-            self._registry[:] = [e for e in self._registry if e is not self]
+{plain_methods}
 
     class PlainDeepSpeed:
         """Stands in for `deepspeed`: refuses to initialize what a live engine already manages."""
@@ -319,15 +436,7 @@ if PLAIN:
         def __init__(self):
             self.live = []
 
-        def initialize(self, model, optimizer, config):
-            for engine in self.live:
-                managed = {id(m) for m in engine.module.modules()}
-                if any(id(m) in managed for m in model.modules()):
-                    raise RuntimeError("this module or one of its submodules has already been "
-                                       "initialized by a live engine")
-                if optimizer is not None and optimizer is engine.optimizer:
-                    raise RuntimeError("this optimizer has already been initialized by a live "
-                                       "engine")
+        def initialize(self, model, optimizer, config):{refusal}
             engine = PlainEngine(model, optimizer, self.live)
             self.live.append(engine)
             return engine, optimizer, None, None
@@ -337,7 +446,7 @@ else:
     try:
         import deepspeed
     except Exception as e:  # not a reproduction: say so, with the usage exit code
-        print(f"cannot import deepspeed: {type(e).__name__}: {e} (try --plain)", file=sys.stderr)
+        print(f"cannot import deepspeed: {{type(e).__name__}}: {{e}} (try --plain)", file=sys.stderr)
         sys.exit(2)
     if WORLD_SIZE == 1:
         # deepspeed.initialize wants torch.distributed even on one rank; without this
@@ -352,170 +461,10 @@ else:
 '''
 
 
-def _seeded_values():
-    # seeded.py is standard library plus torch: its code is the script's, docstring aside.
-    source = inspect.getsource(seeded)
-    body = source[source.index('"""', 3) + 3:].strip("\n")
-    return "\n".join([_rule("the numbers: seeded values of parameters and data (as in zerocheck)"),
-                      body])
 
-
-def _model_classes(plan):
-    kinds = {plan.scenario.tree[i].kind for i in plan.built.nodes}
-    parts = [_rule("the model's classes (every module maps FEATURES -> FEATURES)"),
-             inspect.getsource(tree.RouteCursor)]
-    if kinds & set(_CONTAINERS):
-        parts += [inspect.getsource(tree.TakesRoute), inspect.getsource(tree.run_module)]
-    parts += [inspect.getsource(cls) for kind, cls in _NODE_CLASSES.items() if kind in kinds]
-    return "\n\n\n".join(p.strip("\n") for p in parts)
-
-
-_CHECKS = '''
-# ---- failures and the checks -----------------------------------------------------------------
-
-class Absent:
-    def __repr__(self):
-        return "<absent>"
-
-
-ABSENT = Absent()  # the attribute does not exist (the user deleted it)
-ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
-PREFIX = f"[rank {RANK}] " if WORLD_SIZE > 1 else ""
-failures = []  # (invariant, op_index, attribute, expected, actual, text), in the order seen
-_reported = set()
-
-
-def fail(invariant, op_index, attribute, expected, actual, text):
-    failures.append((invariant, op_index, attribute, expected, actual, text))
-    where = "build/teardown" if op_index is None else f"op {op_index}"
-    print(f"{PREFIX}FAILED {invariant} at {where}: {text}", flush=True)
-
-
-def fail_once(identity, *failure):
-    # A clobbered attribute stays clobbered: report it when it first appears (or changes).
-    if identity not in _reported:
-        _reported.add(identity)
-        fail(*failure)
-
-
-def op_failed(op_index, op, error):
-    name = type(error).__name__
-    fail("op", op_index, None, "no exception", name, f"{op} raised {name}: {error}")
-
-
-def write_failed(op_index, name, error):
-    fail("I1", op_index, name, "the write succeeds", type(error).__name__,
-         f"the user's write of {name!r} raised {type(error).__name__}: {error}")
-
-
-def skipped(op_index, why):
-    print(f"{PREFIX}op {op_index}: skipped ({why})", flush=True)
-
-
-def show(value, depth=0):
-    """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
-    if isinstance(value, torch.Tensor):
-        if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
-            return f"tensor({value.tolist()}, dtype={value.dtype})"
-        return (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, "
-                f"device={value.device})")
-    if type(value) is list and depth < 8:
-        return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
-    try:
-        text = repr(value)
-    except Exception as e:  # a foreign object's repr may itself fail
-        text = f"<repr failed: {type(e).__name__}>"
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def same(expected, actual):
-    """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor."""
-    if expected is ABSENT or expected is None:
-        return actual is expected
-    if isinstance(expected, torch.Tensor):
-        return (type(actual) is torch.Tensor and actual.dtype == torch.float32
-                and actual.device.type == "cpu" and actual.shape == expected.shape
-                and torch.equal(actual, expected))
-    if type(expected) is list:
-        return (type(actual) is list and len(actual) == len(expected)
-                and all(same(e, a) for e, a in zip(expected, actual)))
-    return type(actual) is type(expected) and actual == expected
-
-
-def user_object(path, param):
-    """The module at `path` (or its parameter), reached from the user's own model."""
-    module = model.get_submodule(path)
-    return module.get_parameter(param) if param else module
-
-
-def check_user_attrs(op_index):
-    """I1: every attribute the user wrote (or deleted) still holds the user's last write."""
-    for (path, param, name), expected in user_attrs.items():
-        where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
-        try:
-            actual, trouble = getattr(user_object(path, param), name, ABSENT), ""
-        except ERRORS as e:  # the object is gone, or an engine's descriptor raised on read
-            actual, trouble = ABSENT, f" (reading it raised {type(e).__name__}: {e})"
-        if trouble or not same(expected, actual):
-            fail_once(("I1", path, param, name, show(expected), show(actual)),
-                      "I1", op_index, name, show(expected), show(actual),
-                      f"{where} attribute {name!r}: expected {show(expected)}, "
-                      f"got {show(actual)}{trouble}")
-'''
-
-_PLACEMENT_CHECKS = schema.some("placement_kinds", {
-    "attr_mod": '''
-
-def owner(value):
-    """The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size."""
-    return value % SCENARIO_WORLD_SIZE if type(value) is int else None
-
-
-def live_owner(path, original):
-    """(owner rank, why) computed from the live module at `path`."""
-    try:
-        live = model.get_submodule(path)
-    except ERRORS as e:
-        return None, f"no module at this path any more: {type(e).__name__}"
-    if live is not original:
-        return None, f"the user's module at this path was replaced by a {type(live).__name__}"
-    try:
-        value = getattr(live, PLACEMENT_ATTR, ABSENT)
-    except ERRORS as e:
-        return None, f"reading {PLACEMENT_ATTR} raised {type(e).__name__}: {e}"
-    return owner(value), f"live {PLACEMENT_ATTR}={show(value)}"
-
-
-def check_placement(op_index):
-    """I2: the owner from the user's attribute equals the owner from the live module."""
-    for path, original in placed.items():
-        user_value = user_attrs.get((path, "", PLACEMENT_ATTR), ABSENT)
-        expected = owner(user_value)
-        actual, why = live_owner(path, original)
-        if expected != actual:
-            fail_once(("I2", path, expected, actual),
-                      "I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
-                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
-                      f"{show(user_value)}) became {actual} ({why})")
-''',
-    "map": '''
-
-def check_placement(op_index):
-    """I2: which rank holds a module is not observable here; what the map promises the user is
-    that each path still names the module they placed."""
-    for path, original in placed.items():
-        try:
-            live = model.get_submodule(path)
-            why = f"the user's module at this path was replaced by a {type(live).__name__}"
-        except ERRORS as e:
-            live, why = None, f"no module at this path any more: {type(e).__name__}"
-        if live is not original:
-            expected = f"rank {OWNERS[path]}, the user's module"
-            fail_once(("I2", path), "I2", op_index, None, expected, "None",
-                      f"module {path!r}: owner rank {expected} (placement map) became None "
-                      f"({why})")
-''',
-})
+# The I2 check of each placement kind, in repro_runtime.
+_OWNER_CHECKS = schema.some("placement_kinds", {"attr_mod": "check_owner_by_attr",
+                                                "map": "check_owner_by_map"})
 
 
 _STATE = '''
@@ -558,6 +507,16 @@ def run_forward(x, route):
     if device is not None:
         x = x.to(device)
     return engine({route_args})
+'''
+
+_INITIALIZE_ONCE = '''
+def initialize(op_index, target, optimizer):
+    """deepspeed.initialize (the scenario's only one: nothing to refuse)."""
+    try:
+        engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer, config=CONFIG)
+    except ERRORS as e:
+        return op_failed(op_index, "initialize", e)
+    live.append((engine, target, optimizer))
 '''
 
 _INITIALIZE = '''
@@ -708,21 +667,24 @@ def _operation_helpers(plan):
     if "destroy" in used:
         used.add("release")
     parts = [_STATE]
-    if used.intersection(_BATCH_OPS):
+    if plan.runs_forward:
         parts.append(_SEEDED_BATCH.format(
             route_args="x, route" if plan.root_takes_route else "x"))
-    if "initialize" in used:
+    if plan.teardown:
+        used.add("release")  # teardown drops the engines left
+    if plan.initializes == 1:  # no repeat to refuse: no I5 machinery
+        parts.append(_INITIALIZE_ONCE)
+    elif plan.initializes:
         parts.append(_INITIALIZE.format(
             fingerprint=inspect.getsource(oracles.fingerprint).strip("\n"),
             token=inspect.getsource(oracles._token).strip("\n"),
             fingerprint_changes=inspect.getsource(oracles.fingerprint_changes).strip("\n"),
             refusal_text=REFUSAL_TEXT, refusal_pattern=REFUSAL_PATTERN,
             refusal_types=", ".join(t.__name__ for t in REFUSAL_TYPES)))
-        used.add("release")  # teardown drops the engines left
     parts += [_OPERATIONS[op] for op in _OPERATIONS if op in used]
     checks = ["check_user_attrs(op_index)"]
     if plan.placement.kind != "none":
-        checks.append("check_placement(op_index)")
+        checks.append(f"{_OWNER_CHECKS[plan.placement.kind]}(op_index)")
     parts.append("\ndef check(op_index):\n"
                  '    """The invariants, after the build (op_index None) and after every op."""\n'
                  + "".join(f"    {c}\n" for c in checks))
@@ -731,6 +693,9 @@ def _operation_helpers(plan):
 
 def _constructor(plan, node):
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
+    if not plan.runs_forward and node.kind in ("Sequential", "ModuleList"):
+        # The same children under the same names; no forward runs through them.
+        return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
     return schema.every("node_kinds", {
         "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
         "LayerNorm": "nn.LayerNorm(FEATURES)",
@@ -752,7 +717,10 @@ def _build(plan):
         lines.append(f"n{index} = {_constructor(plan, node)}")
         lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
     lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
-    lines += ["model = n0", "fill_parameters(model, SEED)  # the seeded values of each parameter's path", "",
+    lines.append("model = n0")
+    if plan.runs_forward:
+        lines.append("fill_parameters(model, SEED)  # the seeded values of each parameter's path")
+    lines += ["",
               "# The user's attributes, and what the user expects to read back: user_attrs[module "
               "path,", "# parameter name or \"\", attribute name]."]
     lines.append("user_attrs = {}")
@@ -838,7 +806,7 @@ def _operations(plan):
             lines.append(f"# op {i}: {op.op}: not replayed (sharded checkpoints are "
                          f"engine-specific)")
         lines.append(f"check({i})")
-    if "initialize" in {op.op for op in s.ops}:
+    if plan.teardown:
         lines += ["", "# teardown: drop the engines still live",
                   "if live or accepted_repeats:", "    release(None, \"teardown\")"]
     return "\n".join(lines)

@@ -7,9 +7,19 @@ ranks. Afterwards findings are grouped by signature, compared with `--baseline`,
 minimal scenario and a standalone script with `--shrink`, and written up in DIR/report.md and
 DIR/summary.json.
 
+Every signature is confirmed against its control (control.py) before it counts as upstream's;
+root causes (root_causes.py) come first in the report, each with an issue draft
+(DIR/issues/, issue_drafts.py).
+
+With --json, stdout holds exactly one JSON document (summary.json, or {"format", "error",
+"exit_code"} when the suite could not run): whatever the environment prints, at import too, goes
+to stderr (`--json-fd N`: the document goes to file descriptor N, stdout is already elsewhere;
+what `zerocheck upstream --json` uses).
+
 Exit codes: 0 nothing found (with --baseline: nothing new), 1 a finding (with --baseline: a new
-signature), 2 bad usage or input, or the ranks could not be started at all. Ctrl-C stops every
-rank, writes what is done so far and exits 130.
+signature), 2 bad usage or input, or the ranks could not be started at all, 3 the suite itself
+failed (a bug of the harness: the traceback is on stderr). Ctrl-C stops every rank, writes what
+is done so far and exits 130.
 """
 
 import argparse
@@ -17,15 +27,17 @@ import json
 import os
 import signal
 import sys
+import traceback
 
-from . import ADAPTER_NAMES, baseline as baseline_module, deepspeed_tree, report
-from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict
+from . import ADAPTER_NAMES, baseline as baseline_module, control, deepspeed_tree, issue_drafts
+from . import report
+from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict, written_of
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
 from .verdict import NEW_INVARIANTS, write_json
 
 PROG = "zerocheck_ds suite"
-EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_SUITE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -66,7 +78,14 @@ def parse_args(argv):
     p.add_argument("--shrink-seconds", type=float, default=300.0, metavar="SECONDS",
                    help="time budget per signature (default 300)")
     p.add_argument("--replay-command", default="", help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="print summary.json on stdout, and nothing else there")
+    p.add_argument("--json-fd", type=int, metavar="FD", help=argparse.SUPPRESS)
+    p.add_argument("--no-audit", action="store_true",
+                   help="do not audit attribute writes (no writer named in I1/I2 findings; "
+                        "to measure what the audit costs)")
+    p.add_argument("--no-control", action="store_true",
+                   help="do not replay each signature on the pass-through engine first")
     args = p.parse_args(argv)
     if not 1 <= args.world <= 8:
         p.error("--world must be in 1..8")
@@ -82,21 +101,25 @@ def parse_args(argv):
 class Supervisor:
     """Pools by world size (shrinking may try world 1), and one call to replay a scenario."""
 
-    def __init__(self, args, env, cwd, log):
+    def __init__(self, args, env, cwd, log, logs="logs"):
         self._args, self._env, self.cwd, self.log = args, env, cwd, log
+        self._logs = logs
         self._pools = {}
         command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter,
                    "--collective-timeout", f"{args.scenario_timeout:g}",
                    "--disable", ",".join(args.disabled)]
         if args.stage != 3:
             command += ["--stage", str(args.stage)]
+        if args.no_audit:
+            command.append("--no-audit")
         self._command = command
         self.version = None
+        self.versions = {}
 
     def pool(self, world_size):
         if world_size not in self._pools:
-            logs = os.path.join(self._args.out, "logs" if world_size == self._args.world
-                                else f"logs-world{world_size}")
+            logs = os.path.join(self._args.out, self._logs if world_size == self._args.world
+                                else f"{self._logs}-world{world_size}")
             self._pools[world_size] = RankPool(world_size, self._command, self._env, self.cwd,
                                                logs)
         return self._pools[world_size]
@@ -110,6 +133,7 @@ class Supervisor:
         reused = pool.running
         outcome = pool.run(name, path, self._args.scenario_timeout, disable)
         self.version = self.version or pool.version
+        self.versions = self.versions or pool.versions
         notes = []
         if outcome.kind in ("crash", "hang") and reused:
             # The previous scenario may have left the ranks broken: judge this one alone.
@@ -156,9 +180,41 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _json_stream(args):
+    """With --json: the stream the one JSON document goes to. Anything else printed on stdout,
+    by this process or what it imports (a sitecustomize's text still in the buffer included),
+    goes to stderr from here on."""
+    if not args.json:
+        return None
+    if args.json_fd is not None:
+        return os.fdopen(args.json_fd, "w", encoding="utf-8")
+    document = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout.flush()  # what was printed before, still buffered, now goes to stderr
+    return document
+
+
 def main(argv):
     args = parse_args(argv)
     args.out = os.path.abspath(args.out)
+    document = _json_stream(args)
+    try:
+        code, summary = _main(args)
+    except Exception as e:  # noqa: BLE001 - a bug of the suite itself: exit 3, said clearly
+        traceback.print_exc()
+        print(f"{PROG}: error: the suite itself failed: {type(e).__name__}: {e}", file=sys.stderr)
+        code, summary = EXIT_SUITE_FAILED, None
+    if document is not None:
+        if summary is None:
+            summary = {"format": report.SUMMARY_FORMAT, "exit_code": code,
+                       "error": "the suite could not run; see stderr"}
+        document.write(json.dumps(summary, indent=2, default=str) + "\n")
+        document.flush()
+    return code
+
+
+def _main(args):
+    """Returns (exit code, summary or None)."""
     log = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (
         lambda text: print(text, flush=True))
     try:
@@ -169,40 +225,56 @@ def main(argv):
         env, cwd = _environment(args)
     except (UsageError, baseline_module.BaselineError, deepspeed_tree.TreeError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE, None
     signal.signal(signal.SIGTERM, _interrupt)
     supervisor = Supervisor(args, env, cwd, log)
+    checker = Supervisor(control.control_args(args), env, cwd, log, logs="logs-control")
     run = report.Run(args=args, files=dict(zip((s.name for s in scenarios), map(os.path.abspath, files))))
     try:
         status = _replay_all(supervisor, scenarios, run)
         if status is not None:
-            return status
+            return status, None
         run.finish(supervisor.version, supervisor.starts())
-        if previous is not None:
-            run.baseline = baseline_module.compare(previous, run.summary())
+        run.versions = supervisor.versions
         if args.shrink:
             from .minimise import minimise_all
             minimise_all(supervisor, run)
+        if not args.no_control:
+            control.confirm_all(checker, run)
+        if previous is not None:
+            _compare(run, previous)
     except KeyboardInterrupt:
         run.interrupted = True
         log(f"{PROG}: interrupted; stopping the ranks and writing what is done")
     finally:
         supervisor.stop()
+        checker.stop()
     if not run.finished:
         run.finish(supervisor.version, supervisor.starts())
     summary = run.summary()
+    issue_drafts.write_all(summary, args.out)
     write_json(os.path.join(args.out, "summary.json"), summary)
     report.write_markdown(os.path.join(args.out, "report.md"), run)
-    if args.json:
-        print(json.dumps(summary, indent=2, default=str))
-    else:
+    if not args.json:
         for line in report.screen(run):
             print(line)
     if run.interrupted:
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, summary
     if run.baseline is not None:
-        return EXIT_FINDING if run.baseline["new"] else EXIT_OK
-    return EXIT_FINDING if run.signature_counts() else EXIT_OK
+        return (EXIT_FINDING if run.baseline["new"] else EXIT_OK), summary
+    return (EXIT_FINDING if run.signature_counts() else EXIT_OK), summary
+
+
+def _compare(run, previous):
+    """Signatures (and root causes, when the baseline has them) against the baseline; the
+    control's limits are not upstream's, so they are new in neither."""
+    current = run.summary()
+    limits = run.limits()
+    for entry in current["scenarios"]:
+        entry["signatures"] = [s for s in entry["signatures"] if s not in limits]
+    run.baseline = baseline_module.compare(previous, current)
+    if all("root_causes" in s for s in previous["scenarios"]):
+        run.root_baseline = baseline_module.compare(previous, current, "root_causes")
 
 
 def _replay_all(supervisor, scenarios, run):
@@ -223,7 +295,8 @@ def _replay_all(supervisor, scenarios, run):
             outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
         findings = outcome_findings(outcome, args.scenario_timeout)
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome))
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
+                         written=written_of(outcome))
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))

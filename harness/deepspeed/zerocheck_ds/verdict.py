@@ -66,6 +66,8 @@ class Finding:
     message: str = ""
     node_kind: object = None  # the scenario's node kind at module_path (signatures use it)
     ranks: list = field(default_factory=list)
+    # The upstream code that wrote the attribute (I1, I2) or raised: provenance.Origin.to_json().
+    origin: object = None
 
     def __post_init__(self):
         assert self.invariant in CHECKED_INVARIANTS + FAILURES, self.invariant

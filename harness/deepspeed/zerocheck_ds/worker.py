@@ -7,7 +7,8 @@ stdin closes. Everything it tells the supervisor goes through the file descripto
 ZEROCHECK_DS_REPLY_FD, one JSON object per line, never through stdout (which DeepSpeed's logs
 share):
 
-    {"ready": true, "version": "...", "pid": N}     joined the group, waiting for work
+    {"ready": true, "version": "...", "pid": N,     joined the group, waiting for work
+     "versions": {"engine", "torch", "python", "commit"?}}
     {"error": "..."}                                could not start (the process then exits 2)
     {"at": NAME, "op_index": I, "op": "forward"}    heartbeat: about to run this step
     {"done": NAME, "findings": [...], "skipped": [...], "checks": {...}}
@@ -25,6 +26,7 @@ to FAULT while that scenario (its file's name) replays, for a DeepSpeed copy pat
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -79,12 +81,27 @@ def _observer(replies, name, planted):
     return observe
 
 
+def _versions(adapter):
+    """What an issue draft names: the engine's version (and commit when it says), torch, Python."""
+    import platform
+
+    import torch
+    versions = {"engine": adapter.version(), "torch": torch.__version__,
+                "python": platform.python_version()}
+    commit = getattr(sys.modules.get("deepspeed"), "__git_hash__", None)
+    if commit and re.fullmatch(r"[0-9a-f]{7,40}", str(commit)):  # not "[none]", "unknown"
+        versions["commit"] = str(commit)
+    return versions
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="zerocheck_ds worker")
     parser.add_argument("--adapter", choices=ADAPTER_NAMES, required=True)
     parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None)
     parser.add_argument("--disable", default="", help="invariants not to check, e.g. I3,I9")
     parser.add_argument("--collective-timeout", type=float, default=60.0)
+    parser.add_argument("--no-audit", action="store_true",
+                        help="do not audit attribute writes (to measure what the audit costs)")
     args = parser.parse_args(argv)
     disabled = tuple(filter(None, args.disable.split(",")))
     replies = _Replies(int(os.environ[REPLY_FD_VARIABLE]))
@@ -104,7 +121,13 @@ def main(argv):
     except Exception as e:  # noqa: BLE001 - joining the group failed (port taken, peer gone)
         replies.send(error=f"cannot start torch.distributed: {type(e).__name__}: {e}")
         return 2
-    replies.send(ready=True, version=adapter.version(), pid=os.getpid())
+    audit = None
+    if not args.no_audit:
+        from .provenance import Audit
+        audit = Audit(adapter.upstream_package())
+        audit.install()
+    replies.send(ready=True, version=adapter.version(), pid=os.getpid(),
+                 versions=_versions(adapter))
     planted = _injection(world.rank)
     plants = _plants()
 
@@ -118,13 +141,14 @@ def main(argv):
             os.environ[PLANTED_FAULT_VARIABLE] = plants.get(scenario.name, "")
             result = Replay(scenario, adapter, world.rank, world.world_size,
                             observer=_observer(replies, name, planted), exchange=exchange,
-                            stage=args.stage, disabled=job.get("disable", disabled)).run()
+                            stage=args.stage, disabled=job.get("disable", disabled),
+                            audit=audit).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
                 message=f"the replay stopped: {type(e).__name__}: {e}")])
         replies.send(done=name, findings=[vars(f) for f in result.findings],
-                     skipped=result.skipped, checks=result.checks)
+                     skipped=result.skipped, checks=result.checks, written=result.written)
         sys.stdout.flush()
         sys.stderr.flush()
     world_module.stop(world)

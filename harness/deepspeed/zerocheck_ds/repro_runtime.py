@@ -1,0 +1,203 @@
+"""What every repro script runs: failures, the value rules (`same`, `show`) and the checks.
+
+Real, tested code (tests/test_repro_runtime.py) that repro_script.py copies into a script with
+inspect.getsource, function by function, only the ones the script uses (`needs` below). The
+functions read the script's globals, which are declared here with neutral values so that this
+module imports and its tests can set them: `model`, `user_attrs` (module path, parameter name
+or "", attribute name) -> the user's last write, `placed` path -> the module the user placed,
+`PLACEMENT_ATTR`, `OWNERS`, `SCENARIO_WORLD_SIZE`, `PREFIX`. torch and the standard library
+only: a script never imports zerocheck_ds.
+"""
+
+import ast
+import inspect
+import sys
+
+import torch
+
+
+class Absent:
+    def __repr__(self):
+        return "<absent>"
+
+
+ABSENT = Absent()  # the attribute does not exist (the user deleted it)
+ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
+
+# The script's globals (it defines its own; these let the module import and be tested).
+model = None
+user_attrs = {}
+placed = {}
+PLACEMENT_ATTR = None
+OWNERS = {}
+SCENARIO_WORLD_SIZE = 1
+PREFIX = ""
+failures = []  # (invariant, op_index, attribute, expected, actual, text), in the order seen
+_reported = set()
+
+
+def fail(invariant, op_index, attribute, expected, actual, text):
+    failures.append((invariant, op_index, attribute, expected, actual, text))
+    where = "build/teardown" if op_index is None else f"op {op_index}"
+    print(f"{PREFIX}FAILED {invariant} at {where}: {text}", flush=True)
+
+
+def fail_once(identity, *failure):
+    # A clobbered attribute stays clobbered: report it when it first appears (or changes).
+    if identity not in _reported:
+        _reported.add(identity)
+        fail(*failure)
+
+
+def op_failed(op_index, op, error):
+    name = type(error).__name__
+    fail("op", op_index, None, "no exception", name, f"{op} raised {name}: {error}")
+
+
+def write_failed(op_index, name, error):
+    fail("I1", op_index, name, "the write succeeds", type(error).__name__,
+         f"the user's write of {name!r} raised {type(error).__name__}: {error}")
+
+
+def skipped(op_index, why):
+    print(f"{PREFIX}op {op_index}: skipped ({why})", flush=True)
+
+
+def show(value, depth=0):
+    """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
+    if isinstance(value, torch.Tensor):
+        if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
+            return f"tensor({value.tolist()}, dtype={value.dtype})"
+        return (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, "
+                f"device={value.device})")
+    if type(value) is list and depth < 8:
+        return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
+    try:
+        text = repr(value)
+    except Exception as e:  # a foreign object's repr may itself fail
+        text = f"<repr failed: {type(e).__name__}>"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def same(expected, actual):
+    """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor."""
+    if expected is ABSENT or expected is None:
+        return actual is expected
+    if isinstance(expected, torch.Tensor):
+        return (type(actual) is torch.Tensor and actual.dtype == torch.float32
+                and actual.device.type == "cpu" and actual.shape == expected.shape
+                and torch.equal(actual, expected))
+    if type(expected) is list:
+        return (type(actual) is list and len(actual) == len(expected)
+                and all(same(e, a) for e, a in zip(expected, actual)))
+    return type(actual) is type(expected) and actual == expected
+
+
+def user_object(path, param):
+    """The module at `path` (or its parameter), reached from the user's own model."""
+    module = model.get_submodule(path)
+    return module.get_parameter(param) if param else module
+
+
+def check_user_attrs(op_index):
+    """I1: every attribute the user wrote (or deleted) still holds the user's last write."""
+    for (path, param, name), expected in user_attrs.items():
+        where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
+        try:
+            actual, trouble = getattr(user_object(path, param), name, ABSENT), ""
+        except ERRORS as e:  # the object is gone, or an engine's descriptor raised on read
+            actual, trouble = ABSENT, f" (reading it raised {type(e).__name__}: {e})"
+        if trouble or not same(expected, actual):
+            fail_once(("I1", path, param, name, show(expected), show(actual)),
+                      "I1", op_index, name, show(expected), show(actual),
+                      f"{where} attribute {name!r}: expected {show(expected)}, "
+                      f"got {show(actual)}{trouble}")
+
+
+def owner(value):
+    """The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size."""
+    return value % SCENARIO_WORLD_SIZE if type(value) is int else None
+
+
+def live_owner(path, original):
+    """(owner rank, why) computed from the live module at `path`."""
+    try:
+        live = model.get_submodule(path)
+    except ERRORS as e:
+        return None, f"no module at this path any more: {type(e).__name__}"
+    if live is not original:
+        return None, f"the user's module at this path was replaced by a {type(live).__name__}"
+    try:
+        value = getattr(live, PLACEMENT_ATTR, ABSENT)
+    except ERRORS as e:
+        return None, f"reading {PLACEMENT_ATTR} raised {type(e).__name__}: {e}"
+    return owner(value), f"live {PLACEMENT_ATTR}={show(value)}"
+
+
+def check_owner_by_attr(op_index):
+    """I2: the owner from the user's attribute equals the owner from the live module."""
+    for path, original in placed.items():
+        user_value = user_attrs.get((path, "", PLACEMENT_ATTR), ABSENT)
+        expected = owner(user_value)
+        actual, why = live_owner(path, original)
+        if expected != actual:
+            fail_once(("I2", path, expected, actual),
+                      "I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
+                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
+                      f"{show(user_value)}) became {actual} ({why})")
+
+
+def check_owner_by_map(op_index):
+    """I2: which rank holds a module is not observable here; what the map promises the user is
+    that each path still names the module they placed."""
+    for path, original in placed.items():
+        try:
+            live = model.get_submodule(path)
+            why = f"the user's module at this path was replaced by a {type(live).__name__}"
+        except ERRORS as e:
+            live, why = None, f"no module at this path any more: {type(e).__name__}"
+        if live is not original:
+            expected = f"rank {OWNERS[path]}, the user's module"
+            fail_once(("I2", path), "I2", op_index, None, expected, "None",
+                      f"module {path!r}: owner rank {expected} (placement map) became None "
+                      f"({why})")
+
+
+# The script's own globals: never copied (the generator writes them).
+SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
+                  "SCENARIO_WORLD_SIZE", "PREFIX"}
+
+
+def definitions(module):
+    """name -> (its source, the names it uses) for each top-level def, class and assignment of
+    `module`, in the module's order (an assignment's trailing comment is not kept)."""
+    text = inspect.getsource(module)
+    found = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        else:
+            continue
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        for name in names:
+            found[name] = (ast.get_source_segment(text, node), used - {name})
+    return found
+
+
+def source(names, module=None, exclude=SCRIPT_GLOBALS):
+    """The text defining `names` and every name of `module` (default: this one) they use, in
+    the module's order, `exclude` (the script's own globals) left out. Raises KeyError for a
+    name the module does not define."""
+    found = definitions(module or sys.modules[__name__])
+    wanted, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted or name in exclude:
+            continue
+        if name not in found:
+            raise KeyError(f"{(module or sys.modules[__name__]).__name__} defines no {name!r}")
+        wanted.add(name)
+        todo.extend(n for n in found[name][1] if n in found)
+    return "\n\n\n".join(text for name, (text, _) in found.items() if name in wanted)
