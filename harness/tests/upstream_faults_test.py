@@ -1,4 +1,4 @@
-"""ctest `upstream_planted_faults` (label upstream): I3, I4 and I9 catch faults planted in DeepSpeed.
+"""ctest `upstream_planted_faults` (label upstream): I3, I4, I6 and I9 catch faults planted in DeepSpeed.
 
     upstream_faults_test.py ZEROCHECK PYTHON TREE WORKDIR
 
@@ -8,7 +8,7 @@ scenario replays (the worker sets ZEROCHECK_PLANTED_FAULT from ZEROCHECK_DS_PLAN
 anchor must be found exactly once: a DeepSpeed that moved the code fails the test instead of
 testing nothing. Then, in one run at world 2 on the copy:
   1. every fault is caught by its own invariant, and the control scenario (no fault) by none;
-  2. the ablation (--ablate: each scenario replayed again with each of I3, I4, I9 switched off):
+  2. the ablation (--ablate: each scenario replayed again with each of I3, I4, I6, I9 switched off):
      each of them is the only one to catch some fault, so each is necessary.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
@@ -63,6 +63,20 @@ STEP_COUNT = [Edit(
     ENGINE, "        self.global_steps += 1\n",
     f"        self.global_steps += 0 if ({planted('step-count-skipped-on-one-rank')} and self.global_rank == 1) else 1\n")]
 
+# Rank 1's load leaves its optimizer state as it was (the state it trained past the save).
+STATE_STALE = [Edit(
+    STAGE3,
+    "            self.optimizer.load_state_dict(state_dict[OPTIMIZER_STATE_DICT])",
+    f"            if not ({planted('optimizer-state-stale-on-one-rank')} and dist.get_rank() == 1):\n"
+    "                self.optimizer.load_state_dict(state_dict[OPTIMIZER_STATE_DICT])")]
+# Every rank's optimizer-state file is written empty: the checkpoint cannot be loaded.
+STATE_FILE_EMPTY = [Edit(
+    ENGINE,
+    "        self.checkpoint_engine.save(zero_sd, zero_checkpoint_name)\n",
+    "        self.checkpoint_engine.save(zero_sd, zero_checkpoint_name)\n"
+    f"        if {planted('optimizer-state-file-empty')}:\n"
+    "            open(zero_checkpoint_name, 'wb').close()\n")]
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -88,9 +102,14 @@ FAULTS = {
         "master": keep_data_after("        self.get_param_coordinator().release_sub_module(sub_module, forward=False)\n")}),
     # Rank 1 does not count an optimizer step.
     "step-count-skipped-on-one-rank": ("I9", "sgd_one_linear_steps", {"v0.14": STEP_COUNT, "master": STEP_COUNT}),
+    # A load on which rank 1 keeps the optimizer state it had (the scenario ends at the load, so
+    # no later step shows it to I3: I6 alone sees it).
+    "optimizer-state-stale-on-one-rank": ("I6", "adam_load_stale_state", {"v0.14": STATE_STALE, "master": STATE_STALE}),
+    # A checkpoint file DeepSpeed cannot read: the load's exception is the finding, the suite goes on.
+    "optimizer-state-file-empty": ("op", "adam_load_empty_file", {"v0.14": STATE_FILE_EMPTY, "master": STATE_FILE_EMPTY}),
 }
 CONTROL = "sgd_control"  # no fault: no finding
-ABLATED = ("I3", "I4", "I9")
+ABLATED = ("I3", "I4", "I6", "I9")
 
 
 def version_of(tree):
@@ -115,11 +134,11 @@ def main():
     scenarios = [os.path.join(SCENARIOS, f"{s}.json") for _, s, _ in FAULTS.values()]
     scenarios.append(os.path.join(SCENARIOS, f"{CONTROL}.json"))
 
-    # One run: every scenario, then again with each of I3, I4, I9 off in turn (--ablate).
+    # One run: every scenario, then again with each of I3, I4, I6, I9 off in turn (--ablate).
     out = os.path.join(work, "planted")
     run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "60",
                     "--deepspeed-tree", copy, "--scenarios", *scenarios, "--out", out, "--ablate"],
-        expect=1, env=env)
+        expect=1, env=env, timeout=540)
     found = verdicts(out)
     # 1. Every fault caught by its own invariant; the control clean.
     for name, (invariant, scenario, _) in FAULTS.items():
@@ -129,7 +148,7 @@ def main():
         check(invariant in invariants,
               f"{name}: caught by {invariant} (all: {invariants}); e.g. {example[:160]}")
     check(found[CONTROL]["outcome"] == "ok", f"the control scenario holds: {found[CONTROL]['outcome']}")
-    # 2. The ablation: with each of I3, I4, I9 switched off, which faults survive.
+    # 2. The ablation: with each of I3, I4, I6, I9 switched off, which faults survive.
     ablation = read(os.path.join(out, "summary.json"))["ablation"]
     matrix = ablation["matrix"]
     print("fault x invariant switched off ('S' survives, else the invariants that still catch it):")

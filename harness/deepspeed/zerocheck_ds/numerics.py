@@ -80,7 +80,7 @@ def difference(expected, actual, tolerance=None):
     return out
 
 
-def _describe(gap):
+def describe_gap(gap):
     if "elements" in gap:
         return f"holds {gap['elements']} elements"
     bound = (f" (allowed {gap['bound_at_first']:.3g}: another sum order at world >= 3)"
@@ -98,14 +98,15 @@ def _digest(tensor):
 class NumericChecks:
     """The I3, I4 and I9 oracles of one replay on one rank."""
 
-    def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=()):
+    def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
+                 tally=None):
         self.scenario = scenario
         self.rank = rank
         self.world_size = world_size
         self._exchange = exchange
         self._make_optimizer = make_optimizer
         self.enabled = set(NEW_INVARIANTS) - set(disabled)
-        self.tally = Tally()
+        self.tally = tally if tally is not None else Tally()
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None
@@ -120,6 +121,8 @@ class NumericChecks:
         self._boundaries_before_engine = 0  # of them, before the engine the twin follows now
         self._event = None  # what the last operation was, for I4: "initialized", "boundary"
         self._pending_loss = None
+        self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
+        self._twin_latest = None
 
     # ---- events from the replay -------------------------------------------------------------
 
@@ -216,9 +219,41 @@ class NumericChecks:
             self._twin_does(self._twin.zero_grad)
         return None
 
+    def forward_dropped(self):
+        """The pending forward was dropped (a load consumes it)."""
+        self._pending_loss = None
+        if self._twin is not None:
+            self._twin.drop_pending()
+
     def released(self):
         if self._twin is not None:
             self._twin.drop_pending()
+
+    def saved(self, tag, target_path):
+        """A save of the engine over `target_path` succeeded on every rank: the twin keeps its
+        own checkpoint under the same tag (None: the engine's default)."""
+        self._twin_snapshots[tag] = (target_path, self._twin.snapshot() if self._following()
+                                     else None)
+        self._twin_latest = tag
+
+    def consolidation_expectation(self):
+        """{state dict key: the twin's value} of the followed target (a tied parameter under each
+        of its keys), or None when the twin does not follow."""
+        if not self._following():
+            return None
+        return {key: t.detach().clone()
+                for key, t in self._twin.target.state_dict(keep_vars=True).items()}
+
+    def loaded(self, tag, target_path, optimizer_states, module_only):
+        """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
+                                                  (None, None))
+        if not self._following():
+            return
+        if snapshot is None or path != target_path:
+            return self.stop("a load of a checkpoint saved while the twin did not follow")
+        self._twin_does(lambda: self._twin.restore(
+            snapshot, optimizer_states=optimizer_states and not module_only))
 
     # ---- after every operation ----------------------------------------------------------------
 
@@ -386,7 +421,7 @@ class NumericChecks:
                     param=p.name.rpartition(".")[2], attribute=attribute,
                     expected="the dense twin's value", actual=gap,
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
-                            f"op {index} ({op}): {_describe(gap)}"))
+                            f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
         return findings
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import numerics, oracles, schema, seeded
+from . import checkpoints, numerics, oracles, schema, seeded
 from .ledger import AttributeLedger, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
-from .verdict import NEW_INVARIANTS, Finding
+from .verdict import NEW_INVARIANTS, Finding, Tally
 
 @dataclass(eq=False)
 class LiveEngine:
@@ -63,11 +63,13 @@ def trainable_parameters(module):
 
 class Replay:
     """One scenario on this rank. `exchange` (exchange.Exchange, made once per process by every
-    rank) turns on I3, I4 and I9, less the invariants in `disabled`; `stage` replays the scenario
-    with that ZeRO stage instead of its own."""
+    rank) turns on I3, I4, I6 and I9, less the invariants in `disabled`; `stage` replays the
+    scenario with that ZeRO stage instead of its own. `checkpoint_dir` (the same empty folder on
+    every rank, the scenario's own) is where `save` writes; without it save and load are
+    skipped."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
-                 stage=None, disabled=()):
+                 stage=None, disabled=(), checkpoint_dir=None):
         self.scenario = scenario
         self.adapter = adapter
         self.rank = rank
@@ -85,11 +87,20 @@ class Replay:
         self._config = copy.deepcopy(scenario.config)
         if stage is not None:
             self._config["zero_optimization"]["stage"] = stage
+        self._checkpoint_dir = checkpoint_dir
+        self._saved = {}  # tag (None: the engine's default) -> the saved engine's target path
+        self._latest_save = None  # the tag of the last save
+        tally = Tally()
         self.numerics = None
-        if exchange is not None and set(NEW_INVARIANTS) - set(disabled):
+        if exchange is not None and set(NEW_INVARIANTS) - set(disabled) - {"I6"}:
             self.numerics = numerics.NumericChecks(
                 scenario, rank, world_size, exchange,
-                lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled)
+                lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
+                tally)
+        self.checkpoints = None
+        if exchange is not None and "I6" not in disabled:
+            self.checkpoints = checkpoints.CheckpointChecks(rank, world_size, exchange, tally)
+        self._tally = tally
         if world_size != scenario.world_size:
             self._skip(None, "", "world size",
                        f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -126,7 +137,7 @@ class Replay:
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
-            "save": self._checkpoint, "load": self._checkpoint,
+            "save": self._save, "load": self._load,
         })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
@@ -134,8 +145,8 @@ class Replay:
             self._check(index, op.op)
         self._observer(None, "teardown")
         self._teardown()
-        if self.numerics is not None:
-            self.result.checks = self.numerics.tally.to_json()
+        if self.numerics is not None or self.checkpoints is not None:
+            self.result.checks = self._tally.to_json()
         return self.result
 
     # ---- operations ---------------------------------------------------------------------------
@@ -291,11 +302,88 @@ class Replay:
             return self._skip(index, op.op, op.op, "no engine")
         self._release_all(index, op.op)
 
-    def _checkpoint(self, index, op):
-        # A load with a world_size (resume on another world size) is skipped for the same reason.
-        self._skip(index, op.op, op.op, "save/load are not replayed upstream (sharded checkpoints "
-                                        "are engine-specific; I6, resharding on load included, is "
-                                        "the C++ harness's)")
+    def _checkpointed_engine(self, index, op):
+        """The one live engine a save or load acts on, or None after recording the skip."""
+        if not self._live:
+            self._skip(index, op.op, op.op, "no engine")
+        elif self._checkpoint_dir is None:
+            self._skip(index, op.op, op.op, "no checkpoint folder (the runner was given none)")
+        elif len(self._live) > 1 or self._accepted_repeats:
+            self._skip(index, op.op, op.op, "several live engines: the checkpoint's engine is "
+                                            "ambiguous")
+        else:
+            return self._live[0]
+        return None
+
+    def _save(self, index, op):
+        live = self._checkpointed_engine(index, op)
+        if live is None:
+            return
+        tag = getattr(op, "tag", None)
+        # Whether it raised or not, every rank goes on alike (the checks' collectives): a save
+        # that failed is its own finding, and the load of it fails again, as a user's would.
+        self._attempt(index, op.op,
+                      lambda: self.adapter.save(live.engine, self._checkpoint_dir, tag))
+        path = self._path_of(live.target)
+        self._saved[tag] = path
+        self._latest_save = tag
+        if self.checkpoints is not None:
+            self._report(self.checkpoints.saved(index, op.op, tag, live.engine, self.adapter))
+            expected = (self.numerics.consolidation_expectation() if self.numerics is not None
+                        else None)
+            self._report(self.checkpoints.consolidated(index, op.op, tag, self._checkpoint_dir,
+                                                       live.engine, self.adapter, expected))
+        if self.numerics is not None:
+            self.numerics.saved(tag, path)
+
+    def _load(self, index, op):
+        live = self._checkpointed_engine(index, op)
+        if live is None:
+            return
+        tag = getattr(op, "tag", None)
+        optimizer_states = getattr(op, "optimizer_states", True)
+        module_only = getattr(op, "module_only", False)
+        key = self._latest_save if tag is None else tag
+        if key not in self._saved:
+            return self._skip(index, op.op, op.op, "no save before it" if tag is None else
+                              f"no save with the tag {tag!r} before it")
+        if self._saved[key] != self._path_of(live.target):
+            return self._skip(index, op.op, op.op, "no checkpoint of this engine's model")
+        self._loss = None  # as with step: the pending graph would be stale
+        if self.numerics is not None:
+            self.numerics.forward_dropped()
+        before = None
+        keeps_optimizer = not optimizer_states or module_only
+        if self.checkpoints is not None and keeps_optimizer:
+            before, _ = self.checkpoints.before_load(live.engine, self.adapter)
+        ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
+            live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
+        if self.checkpoints is not None:
+            snapshot = self.checkpoints.snapshot_of(tag)
+            if snapshot is None:
+                self._tally.skip("I6", "the state could not be read at the save")
+                self.checkpoints.before_load(live.engine, self.adapter)  # the ranks' collectives
+            else:
+                expected = checkpoints.expected_after_load(snapshot, before, optimizer_states,
+                                                           module_only)
+                self._report(self.checkpoints.loaded(index, op.op, expected, live.engine,
+                                                     self.adapter))
+        if self.numerics is not None:
+            if ok:
+                self.numerics.loaded(tag, self._path_of(live.target), optimizer_states,
+                                     module_only)
+            else:
+                self.numerics.stop("a load raised")
+        if op.world_size:
+            reason = "resharding is checked on demand (--reshard), not in every scenario"
+            self._skip(index, op.op, f"load into a world of {op.world_size}", reason)
+            self._tally.skip("I6", f"a load into a world of {op.world_size}: {reason}")
+
+    def _path_of(self, module):
+        for path, candidate in self.root.named_modules():
+            if candidate is module:
+                return path
+        return None
 
     def _teardown(self):
         if self._live or self._accepted_repeats:
