@@ -12,8 +12,9 @@ namespace zerocheck {
 
 std::string describe(const Scenario& s) {
   std::ostringstream out;
-  out << fmt::format("world {}, seed {}, features {}, batch {}, {} lr {}, placement {}\n", s.world_size,
-                     s.seed, s.features, s.batch, s.optimizer, s.lr, zero3::describe(s.placement));
+  out << fmt::format("world {}, seed {}, features {}, batch {}, {} lr {}, placement {}{}\n", s.world_size,
+                     s.seed, s.features, s.batch, s.optimizer, s.lr, zero3::describe(s.placement),
+                     s.construct == "eager" ? "" : ", construct " + s.construct);
   std::function<void(int, int, std::vector<int>&)> show = [&](int index, int depth, std::vector<int>& seen) {
     const NodeSpec& node = s.tree[static_cast<size_t>(index)];
     out << std::string(2 * depth + 2, ' ') << "[" << index << "] " << node.kind;
@@ -38,12 +39,21 @@ std::string describe(const Scenario& s) {
     const Op& op = s.ops[i];
     out << fmt::format("  #{} {}", i, to_string(op.kind));
     if (op.kind == OpKind::initialize)
-      out << fmt::format(" (optimizer {}, target '{}')", op.optimizer, op.target);
+      out << fmt::format(" (optimizer {}, target '{}'{})", op.optimizer, op.target,
+                         op.config_error == schema::ConfigErrorKind::none
+                             ? ""
+                             : std::string(", invalid config ") + schema::to_string(op.config_error));
     if (op.kind == OpKind::forward) out << fmt::format(" route [{}]", fmt::join(op.route, ","));
     if (op.kind == OpKind::set_attr || op.kind == OpKind::del_attr)
       out << fmt::format(" '{}'{}{} .{}", op.module, op.param.empty() ? "" : " param ", op.param, op.name);
     if (op.kind == OpKind::set_attr) out << " = " << op.value.repr();
+    if (op.tag) out << fmt::format(" tag '{}'", *op.tag);
+    if (op.kind == OpKind::load && op.module_only) out << " module only";
+    else if (op.kind == OpKind::load && !op.optimizer_states) out << " without optimizer states";
     if (op.world_size != 0) out << fmt::format(" (and into a world of {})", op.world_size);
+    if (op.kind == OpKind::gather)
+      out << fmt::format(" '{}' modifier rank {} scale {}", op.module,
+                         op.modifier_rank ? std::to_string(*op.modifier_rank) : "none", op.scale);
     out << "\n";
   }
   return out.str();

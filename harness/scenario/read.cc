@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <iterator>
+
 namespace zerocheck {
 namespace {
 
@@ -122,6 +124,25 @@ Op read_op(const JsonAt& at) {
   if (at.has("value")) op.value = attr_value(at["value"]);
   if (at.has("world_size"))
     op.world_size = static_cast<int>(at["world_size"].integer(schema::limits::world_size.lo, schema::limits::world_size.hi));
+  if (at.has("tag")) {
+    op.tag = at["tag"].string();
+    rules::tag(at["tag"].path(), *op.tag);
+  }
+  if (at.has("optimizer_states")) op.optimizer_states = at["optimizer_states"].boolean();
+  if (at.has("module_only")) op.module_only = at["module_only"].boolean();
+  // A rank or null; its upper bound is the world's (validate), the widest world's here.
+  if (at.has("modifier_rank") && !at["modifier_rank"].value().is_null())
+    op.modifier_rank =
+        static_cast<int>(at["modifier_rank"].integer(schema::limits::world_size.lo - 1, schema::limits::world_size.hi - 1));
+  if (at.has("scale")) {
+    op.scale = at["scale"].number();
+    rules::scale(at["scale"].path(), op.scale);
+  }
+  if (at.has("config_error")) {
+    const std::string name = at["config_error"].one_of(schema::config_error_names());
+    for (const auto& row : schema::config_errors())
+      if (name == row.name) op.config_error = row.kind;
+  }
   return op;
 }
 
@@ -136,7 +157,7 @@ Scenario parse_scenario(std::string_view text) {
 Scenario scenario_from_json(const nlohmann::json& root) {
   const JsonAt at(root, "$", rules::throw_scenario_error);
   at.object(schema::required_top_keys(), schema::optional_top_keys());
-  at["format"].one_of({schema::kFormat});
+  at["format"].one_of(std::vector<std::string>(std::begin(schema::kReadFormats), std::end(schema::kReadFormats)));
   Scenario s;
   s.world_size = static_cast<int>(bounded(at["world_size"], schema::limits::world_size));
   s.seed = static_cast<uint64_t>(bounded(at["seed"], schema::limits::seed));
@@ -147,6 +168,7 @@ Scenario scenario_from_json(const nlohmann::json& root) {
   s.optimizer = optimizer["kind"].one_of(schema::optimizer_kinds());
   s.lr = optimizer["lr"].number();
   s.config = zero3::Config::read(at["config"]);
+  if (at.has("construct")) s.construct = at["construct"].one_of(schema::constructions());
   // The config's "zerocheck.placement" section is the same setting as "placement": a scenario
   // gives its policy once, and from here on it lives in Scenario::placement only.
   if (s.config.placement.kind != zero3::PlacementSpec::Kind::none)

@@ -4,7 +4,7 @@
 // parameters), frozen parameters, shared (tied) submodules and experts, a placement policy, and
 // a list of operations. rapidcheck generates it, the fuzzers decode it from bytes, `zerocheck
 // replay` reads it from JSON, `zerocheck export` writes it for the upstream DeepSpeed replay.
-// harness/SCENARIO_FORMAT.md documents the JSON form ("format": "zerocheck-scenario/1"); the
+// harness/SCENARIO_FORMAT.md documents the JSON form ("format": "zerocheck-scenario/2"); the
 // language itself (kinds, operations, keys, limits) is the tables of harness/scenario/schema.h.
 //
 // The tree is a list of nodes; node 0 is the root and every child index is greater than its
@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,13 +72,16 @@ struct Op {
 
   OpKind kind = OpKind::forward;
   // initialize: which optimizer ("same": the user's existing one, "fresh": a new one) and which
-  // module ("" for the root, or a module path: a submodule).
+  // module ("" for the root, or a module path: a submodule); with a config_error, the named
+  // invalid config instead of the scenario's (the engine must refuse it and change nothing).
   std::string optimizer = "same";
   std::string target;
+  schema::ConfigErrorKind config_error = schema::ConfigErrorKind::none;
   // forward: expert choices, consumed by MoE layers in call order, cyclically, each taken
   // modulo the layer's expert count (so any list is valid and shrinking keeps it valid).
   std::vector<int64_t> route;
-  // set_attr / del_attr: the module path, an optional local parameter name, the attribute.
+  // set_attr / del_attr / gather: the module path; set_attr / del_attr: an optional local
+  // parameter name, the attribute.
   std::string module;
   std::string param;
   std::string name;
@@ -85,6 +89,17 @@ struct Op {
   // load: the size of a second world that must load the checkpoint too (resharding it from this
   // world's size); 0, the JSON key absent, for none.
   int world_size = 0;
+  // save / load: the checkpoint's tag (zero3::tag_problem's rule); none: save's own default tag,
+  // and load's last save of the target.
+  std::optional<std::string> tag;
+  // load: restore the optimizer's state too (false: its moments and step stay as they were), or
+  // only the module's parameters (module_only: neither fp32 masters nor optimizer state).
+  bool optimizer_states = true;
+  bool module_only = false;
+  // gather: the rank whose in-place edit (parameters *= scale) every rank gets on exit, or none
+  // (JSON null): every rank edits its own copy and the edit is not kept.
+  std::optional<int> modifier_rank;
+  double scale = 1.0;
 };
 
 struct Scenario {
@@ -98,6 +113,7 @@ struct Scenario {
   std::vector<NodeSpec> tree;      // tree[0] is the root
   zero3::PlacementSpec placement;
   std::vector<Op> ops;
+  std::string construct = "eager";  // a row of schema::constructions()
 };
 
 // Returns the scenario in `text`. Throws ScenarioError naming the JSON path of the first problem

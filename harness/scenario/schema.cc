@@ -69,6 +69,26 @@ std::vector<std::string> op_key_names(unsigned mask) {
   return out;
 }
 
+const std::vector<ConfigErrorRow>& config_errors() {
+  static const std::vector<ConfigErrorRow> all = {
+#define ZEROCHECK_CONFIG_ERROR_ROW(name, doc) {#name, ConfigErrorKind::name, doc},
+      ZEROCHECK_CONFIG_ERRORS(ZEROCHECK_CONFIG_ERROR_ROW)
+#undef ZEROCHECK_CONFIG_ERROR_ROW
+  };
+  return all;
+}
+
+const std::vector<std::string>& config_error_names() {
+  static const auto all = names_of(config_errors(), [](const ConfigErrorRow& row) { return row.name; });
+  return all;
+}
+
+const char* to_string(ConfigErrorKind kind) {
+  for (const auto& row : config_errors())
+    if (row.kind == kind) return row.name;
+  return "";
+}
+
 const std::vector<OptimizerRow>& optimizers() {
   // SGD with momentum, so SGD's checkpoints carry optimizer state as Adam's do.
   static const std::vector<OptimizerRow> all = {{"adam", 0.0, 3}, {"sgd", 0.9, 1}};
@@ -142,7 +162,7 @@ const std::vector<std::string>& required_top_keys() {
 }
 
 const std::vector<std::string>& optional_top_keys() {
-  static const std::vector<std::string> keys = {"placement"};
+  static const std::vector<std::string> keys = {"placement", "construct"};
   return keys;
 }
 

@@ -12,6 +12,8 @@
 // Thread-safety: the tables are immutable after first use.
 #pragma once
 
+#include "engine/checkpoint_tag.h"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -31,7 +33,10 @@ struct NodeSpec;
 
 namespace zerocheck::schema {
 
-inline constexpr const char* kFormat = "zerocheck-scenario/1";
+// The format a writer writes. A reader also reads the earlier formats of kReadFormats: each
+// version only adds keys and operations, so an earlier file means the same under this one.
+inline constexpr const char* kFormat = "zerocheck-scenario/2";
+inline constexpr const char* kReadFormats[] = {"zerocheck-scenario/2", "zerocheck-scenario/1"};
 
 // X(name, lo, hi, doc): inclusive bounds a scenario must respect (the draw stays inside them).
 #define ZEROCHECK_LIMITS(X)                                                                        \
@@ -50,7 +55,8 @@ inline constexpr const char* kFormat = "zerocheck-scenario/1";
   X(tensor_numel, 0, 4096, "numbers of a tensor attribute value (each dimension too)")             \
   X(frozen, 0, 4, "frozen parameter names of one node")                                            \
   X(route_length, 0, 64, "expert choices of one forward")                                          \
-  X(route_choice, 0, 1 << 20, "one expert choice (taken modulo the layer's expert count)")
+  X(route_choice, 0, 1 << 20, "one expert choice (taken modulo the layer's expert count)")          \
+  X(tag_bytes, zero3::kMinTagBytes, zero3::kMaxTagBytes, "bytes of a checkpoint tag (engine/checkpoint_tag.h)")
 
 struct Limit {
   const char* name;
@@ -69,10 +75,16 @@ ZEROCHECK_LIMITS(ZEROCHECK_DECLARE_LIMIT)
 inline constexpr double kLearningRateAbove = 0;
 inline constexpr double kLearningRateBelow = 10;
 
+// A gather's scale is a number in the closed interval [lo, hi].
+inline constexpr double kScaleMin = -8;
+inline constexpr double kScaleMax = 8;
+
 const std::vector<Limit>& all_limits();
 
 // X(key): the keys an operation may carry, each a field of Op.
-#define ZEROCHECK_OP_KEYS(X) X(optimizer) X(target) X(route) X(module) X(param) X(name) X(value) X(world_size)
+#define ZEROCHECK_OP_KEYS(X)                                                                      \
+  X(optimizer) X(target) X(route) X(module) X(param) X(name) X(value) X(world_size) X(tag)        \
+  X(optimizer_states) X(module_only) X(modifier_rank) X(scale) X(config_error)
 
 enum OpKeyBit : unsigned {
 #define ZEROCHECK_OP_KEY_BIT(key) key##_bit,
@@ -92,17 +104,21 @@ ZEROCHECK_OP_KEYS(ZEROCHECK_OP_KEY_MASK)
 // smallest choice (an exhausted fuzz input picks it).
 #define ZEROCHECK_OPS(X)                                                                                \
   X(forward, 0u, key::route, 6, 2, "every rank runs its micro-batch; MoE layers follow the route")     \
-  X(initialize, 0u, key::optimizer | key::target, 3, 4, "wrap the target in an engine")                \
+  X(initialize, 0u, key::optimizer | key::target | key::config_error, 3, 4,                              \
+    "wrap the target in an engine; with a config_error, an invalid config the engine must refuse")     \
   X(backward, 0u, 0u, 5, 0, "back-propagate the last forward's loss")                                  \
   X(step, 0u, 0u, 5, 0, "optimizer step")                                                              \
   X(zero_grad, 0u, 0u, 1, 0, "zero the gradients")                                                     \
   X(set_attr, key::name | key::value, key::module | key::param, 3, 4, "the user writes an attribute")  \
   X(del_attr, key::name, key::module | key::param, 1, 2, "the user deletes an attribute")              \
   X(release, 0u, 0u, 1, 1, "the engine lets go of the model")                                          \
-  X(save, 0u, 0u, 1, 0, "sharded checkpoint of the live engine")                                       \
-  X(load, 0u, key::world_size, 1, 0,                                                                   \
-    "restore the last save of the same target; with world_size M, a world of M ranks loads it too")    \
-  X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")
+  X(save, 0u, key::tag, 1, 0, "sharded checkpoint of the live engine, under a tag when given")          \
+  X(load, 0u, key::world_size | key::tag | key::optimizer_states | key::module_only, 1, 0,             \
+    "restore the save of the tag (absent: the last save) of the same target, with or without the "     \
+    "optimizer's state; with world_size M, a world of M ranks loads it too")                           \
+  X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")                                                  \
+  X(gather, key::modifier_rank | key::scale, key::module, 0, 0,                                        \
+    "gather a module's parameters; the modifier rank (null: every rank) scales them in place")
 
 struct OpRow {
   const char* name;
@@ -120,6 +136,36 @@ std::vector<std::string> op_key_names(unsigned mask);
 // What `initialize` may hand the engine: the user's existing optimizer or a new one.
 inline const std::vector<std::string>& initialize_optimizers() {
   static const std::vector<std::string> all = {"same", "fresh"};
+  return all;
+}
+
+// X(name, doc): the invalid configs an `initialize` may be given (its config_error). Each is the
+// scenario's own config with one thing wrong, which every engine must refuse and leave the model
+// exactly as it was (SCENARIO_FORMAT.md).
+#define ZEROCHECK_CONFIG_ERRORS(X)                                                                    \
+  X(train_batch_size, "train_batch_size is one more than micro batch * accumulation * world size") \
+  X(zero_stage, "zero_optimization.stage is 4, a stage that does not exist")                        \
+  X(micro_batch, "train_micro_batch_size_per_gpu is 0")
+
+enum class ConfigErrorKind {
+  none,  // a valid initialize: the op has no config_error
+#define ZEROCHECK_CONFIG_ERROR_ENUM(name, doc) name,
+  ZEROCHECK_CONFIG_ERRORS(ZEROCHECK_CONFIG_ERROR_ENUM)
+#undef ZEROCHECK_CONFIG_ERROR_ENUM
+};
+struct ConfigErrorRow {
+  const char* name;
+  ConfigErrorKind kind;
+  const char* doc;
+};
+const std::vector<ConfigErrorRow>& config_errors();  // in ZEROCHECK_CONFIG_ERRORS order
+const std::vector<std::string>& config_error_names();
+// Returns the name of `kind` ("" for none).
+const char* to_string(ConfigErrorKind kind);
+
+// How the scenario's tree is built: eagerly, or (upstream) inside deepspeed.zero.Init.
+inline const std::vector<std::string>& constructions() {
+  static const std::vector<std::string> all = {"eager", "zero_init"};
   return all;
 }
 
@@ -167,7 +213,7 @@ const std::vector<std::string>& node_kind_names();
 // Returns the local parameter names of `node` (its kind's slots, bias-dependent ones filtered).
 std::vector<std::string> parameter_names(const NodeSpec& node);
 
-// The top-level keys of a scenario file.
+// The top-level keys of a scenario file ("construct" is optional, default "eager").
 const std::vector<std::string>& required_top_keys();
 const std::vector<std::string>& optional_top_keys();
 

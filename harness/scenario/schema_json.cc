@@ -1,6 +1,7 @@
 // schema::to_json(): the tables as the Python replay reads them (zerocheck_ds/schema.py).
 #include "harness/scenario/schema.h"
 
+#include "engine/checkpoint_tag.h"
 #include "engine/config.h"
 #include "engine/errors.h"
 #include "engine/placement.h"
@@ -40,12 +41,19 @@ json node_kinds_json() {
   return out;
 }
 
+json config_errors_json() {
+  json out = json::array();
+  for (const auto& row : config_errors()) out.push_back({{"name", row.name}, {"doc", row.doc}});
+  return out;
+}
+
 }  // namespace
 
 json to_json() {
   json limits_json = json::object();
   for (const auto& limit : all_limits()) limits_json[limit.name] = {limit.lo, limit.hi};
   limits_json["lr_exclusive"] = {kLearningRateAbove, kLearningRateBelow};
+  limits_json["scale_inclusive"] = {kScaleMin, kScaleMax};
   json optimizers_json = json::array();
   for (const auto& row : optimizers()) optimizers_json.push_back({{"kind", row.kind}, {"momentum", row.momentum}});
   json ops = json::array();
@@ -65,6 +73,10 @@ json to_json() {
   // nlohmann keeps object keys sorted, so the file is stable; lists keep the tables' order.
   return {{"generated_by", "zerocheck schema (harness/scenario/); do not edit, regenerate"},
           {"format", kFormat},
+          {"read_formats", std::vector<std::string>(std::begin(kReadFormats), std::end(kReadFormats))},
+          {"constructions", constructions()},
+          {"config_errors", config_errors_json()},
+          {"tag_rule", {{"forbidden", zero3::tag_forbidden_substrings()}, {"reserved", zero3::reserved_tags()}}},
           {"top_keys", {{"required", required_top_keys()}, {"optional", optional_top_keys()}}},
           {"limits", limits_json},
           {"optimizers", optimizers_json},

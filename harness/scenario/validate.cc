@@ -73,6 +73,16 @@ void learning_rate(const std::string& path, double lr) {
                    fmt::format("{:g}", schema::kLearningRateBelow) + ")");
 }
 
+void tag(const std::string& path, const std::string& tag) {
+  if (auto problem = zero3::tag_problem(tag); !problem.empty()) fail(path, problem);
+}
+
+void scale(const std::string& path, double scale) {
+  if (!(scale >= schema::kScaleMin && scale <= schema::kScaleMax))
+    fail(path, "expected a scale in [" + fmt::format("{:g}", schema::kScaleMin) + ", " +
+                   fmt::format("{:g}", schema::kScaleMax) + "]");
+}
+
 void child_index(const std::string& path, int64_t child, size_t index, size_t nodes) {
   // Children after their parent: the tree cannot loop, by construction.
   if (child <= static_cast<int64_t>(index) || child >= static_cast<int64_t>(nodes))
@@ -176,7 +186,7 @@ void validate_node(const Scenario& s, size_t index) {
     rules::parameter_name(zero3::index_path(frozen, f), node, node.frozen[f]);
 }
 
-void validate_op(const Op& op, size_t index) {
+void validate_op(const Op& op, size_t index, int world_size) {
   const std::string path = zero3::index_path("$.ops", index);
   const schema::OpRow& row = row_of(op.kind);
   const unsigned allowed = row.required | row.optional;
@@ -196,6 +206,12 @@ void validate_op(const Op& op, size_t index) {
   field(schema::key::name, "name", op.name.empty());
   field(schema::key::value, "value", op.value.is_none());
   field(schema::key::world_size, "world_size", op.world_size == 0);
+  field(schema::key::tag, "tag", !op.tag.has_value());
+  field(schema::key::optimizer_states, "optimizer_states", op.optimizer_states == defaults.optimizer_states);
+  field(schema::key::module_only, "module_only", op.module_only == defaults.module_only);
+  field(schema::key::modifier_rank, "modifier_rank", !op.modifier_rank.has_value());
+  field(schema::key::scale, "scale", op.scale == defaults.scale);
+  field(schema::key::config_error, "config_error", op.config_error == defaults.config_error);
   if (allowed & schema::key::optimizer)
     rules::one_of(zero3::key_path(path, "optimizer"), op.optimizer, schema::initialize_optimizers());
   const std::string route = zero3::key_path(path, "route");
@@ -206,6 +222,12 @@ void validate_op(const Op& op, size_t index) {
   if (allowed & schema::key::value) rules::attr_value(zero3::key_path(path, "value"), op.value);
   // 0 is "no second world" (the key absent); any other value is a world size.
   if (op.world_size != 0) rules::within(zero3::key_path(path, "world_size"), op.world_size, schema::limits::world_size);
+  if (op.tag) rules::tag(zero3::key_path(path, "tag"), *op.tag);
+  // A modifier rank is one of this world's ranks (null, none, is every rank).
+  if (op.modifier_rank)
+    zero3::check_range(zero3::key_path(path, "modifier_rank"), *op.modifier_rank, 0, world_size - 1,
+                       rules::throw_scenario_error);
+  if (allowed & schema::key::scale) rules::scale(zero3::key_path(path, "scale"), op.scale);
 }
 
 }  // namespace
@@ -226,7 +248,8 @@ void validate(const Scenario& s) {
   rules::count_within("$.tree", s.tree.size(), schema::limits::nodes);
   for (size_t i = 0; i < s.tree.size(); ++i) validate_node(s, i);
   rules::count_within("$.ops", s.ops.size(), schema::limits::ops);
-  for (size_t i = 0; i < s.ops.size(); ++i) validate_op(s.ops[i], i);
+  rules::one_of("$.construct", s.construct, schema::constructions());
+  for (size_t i = 0; i < s.ops.size(); ++i) validate_op(s.ops[i], i, s.world_size);
 }
 
 }  // namespace zerocheck

@@ -49,6 +49,15 @@ json op_to_json(const Op& op) {
   if (keys & schema::key::value) o["value"] = attr_value_to_json(op.value);
   // Absent means none (0 is outside the key's range), so only a set one is written.
   if ((keys & schema::key::world_size) && op.world_size != 0) o["world_size"] = op.world_size;
+  // Absent means the default tag (save) or the last save (load): only a given one is written.
+  if ((keys & schema::key::tag) && op.tag) o["tag"] = *op.tag;
+  if (keys & schema::key::optimizer_states) o["optimizer_states"] = op.optimizer_states;
+  if (keys & schema::key::module_only) o["module_only"] = op.module_only;
+  if (keys & schema::key::modifier_rank) o["modifier_rank"] = op.modifier_rank ? json(*op.modifier_rank) : json(nullptr);
+  if (keys & schema::key::scale) o["scale"] = op.scale;
+  // A valid initialize has none: only a given one is written.
+  if ((keys & schema::key::config_error) && op.config_error != schema::ConfigErrorKind::none)
+    o["config_error"] = schema::to_string(op.config_error);
   return o;
 }
 
@@ -85,6 +94,7 @@ json to_json(const Scenario& s) {
           {"optimizer", {{"kind", s.optimizer}, {"lr", s.lr}}},
           {"config", s.config.to_json()},
           {"placement", zero3::placement_to_json(s.placement)},
+          {"construct", s.construct},
           {"tree", tree},
           {"ops", ops}};
 }

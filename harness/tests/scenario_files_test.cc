@@ -119,5 +119,77 @@ TEST(ScenarioFiles, ADivergenceToNanOnBothSidesHolds) {
       << "the scenario no longer reaches a NaN loss";
 }
 
+// zerocheck-scenario/2 only added keys and an operation whose defaults are /1's meaning: every
+// checked-in /1 file reads, and reads the same as its /2 rewrite.
+TEST(ScenarioFiles, FormatOneIsStillRead) {
+  int count = 0;
+  for (const char* folder : {"valid", "regressions", "twin"})
+    for (const auto& entry : fs::directory_iterator(kScenarios / folder)) {
+      if (entry.path().extension() != ".json") continue;
+      auto doc = nlohmann::json::parse(read_file(entry.path()));
+      if (doc.at("format") != "zerocheck-scenario/1") continue;
+      const nlohmann::json as_two = to_json(scenario_from_json(doc));
+      EXPECT_EQ(as_two.at("format"), schema::kFormat) << entry.path();
+      EXPECT_EQ(as_two, to_json(scenario_from_json(as_two))) << entry.path();
+      doc["format"] = "zerocheck-scenario/2";
+      EXPECT_EQ(to_json(scenario_from_json(doc)), as_two) << entry.path();
+      ++count;
+    }
+  EXPECT_GT(count, 0) << "no zerocheck-scenario/1 file left to read";
+}
+
+// Every key version 2 added survives the writer and the reader, and a default is never written
+// where absence means something else (a tag, a config error).
+TEST(ScenarioFiles, FormatTwoKeysRoundTrip) {
+  Scenario s;
+  NodeSpec linear;
+  linear.kind = "Linear";
+  s.tree = {linear};
+  s.construct = "zero_init";
+  Op save(OpKind::save);
+  save.tag = "step-\xce\xbb";
+  Op load(OpKind::load);
+  load.tag = save.tag;
+  load.optimizer_states = false;
+  Op module_only(OpKind::load);
+  module_only.module_only = true;
+  Op gather(OpKind::gather);
+  gather.modifier_rank = 1;
+  gather.scale = -0.5;
+  Op gather_all(OpKind::gather);
+  gather_all.scale = 2;
+  Op bad(OpKind::initialize);
+  bad.config_error = schema::ConfigErrorKind::zero_stage;
+  s.ops = {Op(OpKind::initialize), save, load, module_only, gather, gather_all, bad};
+  const nlohmann::json written = to_json(s);
+  EXPECT_EQ(written, to_json(scenario_from_json(written)));
+  EXPECT_FALSE(written["ops"][0].contains("config_error"));
+  EXPECT_FALSE(written["ops"][3].contains("tag"));
+  EXPECT_TRUE(written["ops"][5]["modifier_rank"].is_null());
+  EXPECT_EQ(written["ops"][6]["config_error"], "zero_stage");
+  const Scenario back = scenario_from_json(written);
+  EXPECT_EQ(back.construct, "zero_init");
+  EXPECT_EQ(back.ops[2].tag, save.tag);
+  EXPECT_FALSE(back.ops[2].optimizer_states);
+  EXPECT_TRUE(back.ops[3].module_only);
+  EXPECT_EQ(back.ops[4].modifier_rank, 1);
+  EXPECT_EQ(back.ops[4].scale, -0.5);
+  EXPECT_FALSE(back.ops[5].modifier_rank.has_value());
+  EXPECT_EQ(back.ops[6].config_error, schema::ConfigErrorKind::zero_stage);
+}
+
+// The tag rule names the tag and what is wrong with it; a valid tag has no problem.
+TEST(ScenarioFiles, TagRule) {
+  EXPECT_EQ(zero3::tag_problem("global_step7"), "");
+  EXPECT_EQ(zero3::tag_problem("a.b"), "");
+  EXPECT_EQ(zero3::tag_problem(std::string(64, 't')), "");
+  EXPECT_EQ(zero3::tag_problem(std::string(65, 't')), "tag \"" + std::string(65, 't') + "\" has 65 bytes, expected 1..64");
+  EXPECT_EQ(zero3::tag_problem("a/b"), "tag \"a/b\" contains \"/\"");
+  EXPECT_EQ(zero3::tag_problem(".."), "tag \"..\" contains \"..\"");
+  EXPECT_EQ(zero3::tag_problem(std::string("a\0b", 3)), "tag \"a\\u0000b\" contains \"\\u0000\"");
+  EXPECT_EQ(zero3::tag_problem("."), "tag \".\" is reserved (the checkpoint folder, or a file beside the tags)");
+  for (const auto& reserved : zero3::reserved_tags()) EXPECT_NE(zero3::tag_problem(reserved), "") << reserved;
+}
+
 }  // namespace
 }  // namespace zerocheck

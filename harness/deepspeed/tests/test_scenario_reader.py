@@ -96,7 +96,7 @@ class BadScenarios(unittest.TestCase):
     def test_path_convention(self):
         self.assert_refused(minimal(**{"odd key": 1}),
                             '$["odd key"]: unknown key (expected one of: format, world_size, seed, '
-                            'features, batch, optimizer, config, tree, ops, placement)')
+                            'features, batch, optimizer, config, tree, ops, placement, construct)')
         self.assert_refused(minimal(tree=[{"kind": "Expert", "param_attrs": {"linear.weight": [{"name": "", "value": 1}]}}]),
                             '$.tree[0].param_attrs["linear.weight"][0].name: the empty name is not an attribute name')
         self.assert_refused(minimal(placement={"kind": "map", "owners": {"é \"q\"": 1}}),
@@ -140,7 +140,46 @@ class BadScenarios(unittest.TestCase):
         self.assert_refused(minimal(ops=[{"op": "load", "world_size": 0}]),
                             "$.ops[0].world_size: value 0 is out of range [1, 8]")
         self.assert_refused(minimal(ops=[{"op": "save", "world_size": 2}]),
-                            "$.ops[0].world_size: unknown key (expected one of: op)")
+                            "$.ops[0].world_size: unknown key (expected one of: op, tag)")
+
+    def test_format_one_is_still_read_and_means_the_same(self):
+        ops = [{"op": "initialize"}, {"op": "save"}, {"op": "load", "world_size": 2}]
+        one = parse_scenario(json.dumps(minimal(ops=ops)))
+        two = parse_scenario(json.dumps(minimal(ops=ops, format="zerocheck-scenario/2")))
+        self.assertEqual(one, two)
+        self.assertEqual(one.construct, "eager")
+
+    def test_checkpoint_options(self):
+        scenario = parse_scenario(json.dumps(minimal(ops=[
+            {"op": "save", "tag": "global_step3"}, {"op": "load"},
+            {"op": "load", "tag": "global_step3", "optimizer_states": False, "module_only": True}])))
+        self.assertEqual([(op.tag, op.optimizer_states, op.module_only) for op in scenario.ops],
+                         [("global_step3", True, False), (None, True, False), ("global_step3", False, True)])
+        for tag, problem in (("a/b", 'contains "/"'), ("..", 'contains ".."'), ("a\\b", 'contains "\\\\"'),
+                             ("a\0b", 'contains "\\u0000"'), ("", "has 0 bytes, expected 1..64"),
+                             ("t" * 65, "has 65 bytes, expected 1..64"),
+                             ("latest", "is reserved (the checkpoint folder, or a file beside the tags)")):
+            with self.subTest(tag=tag):
+                self.assert_refused(minimal(ops=[{"op": "load", "tag": tag}]),
+                                    f"$.ops[0].tag: tag {json.dumps(tag, ensure_ascii=False)} {problem}")
+        parse_scenario(json.dumps(minimal(ops=[{"op": "save", "tag": "\u03bb" * 32}])))  # 64 bytes
+
+    def test_gather_and_life_cycle_keys(self):
+        doc = minimal(world_size=2, construct="zero_init", ops=[
+            {"op": "gather", "module": "", "modifier_rank": 1, "scale": 0.5},
+            {"op": "gather", "modifier_rank": None, "scale": -8},
+            {"op": "initialize", "config_error": "zero_stage"}])
+        scenario = parse_scenario(json.dumps(doc))
+        self.assertEqual(scenario.construct, "zero_init")
+        self.assertEqual([(op.module, op.modifier_rank, op.scale) for op in scenario.ops[:2]],
+                         [("", 1, 0.5), ("", None, -8.0)])
+        self.assertEqual(scenario.ops[2].config_error, "zero_stage")
+        self.assert_refused(minimal(ops=[{"op": "gather", "modifier_rank": 1, "scale": 1}]),
+                            "$.ops[0].modifier_rank: value 1 is out of range [0, 0]")
+        self.assert_refused(minimal(ops=[{"op": "gather", "modifier_rank": 0, "scale": 8.5}]),
+                            "$.ops[0].scale: expected a scale in [-8, 8]")
+        self.assert_refused(minimal(ops=[{"op": "gather", "scale": 1}]),
+                            "$.ops[0].modifier_rank: missing required key")
 
     def test_attribute_name_rule(self):
         self.assert_refused(linear_with_attr("a\0b", 1), "$.tree[0].attrs[0].name: name contains a NUL byte")

@@ -126,5 +126,8 @@ class FormatDocListsTheSchema(unittest.TestCase):
             if name == "lr_exclusive":
                 self.assertIn(f"open interval ({lo:g}, {hi:g})", self.doc)
                 continue
+            if name == "scale_inclusive":
+                self.assertIn(f"closed\ninterval [{lo:g}, {hi:g}]", self.doc)
+                continue
             with self.subTest(name):
                 self.assertIn(f"| `{name}` | {lo}..{hi} |", self.doc)

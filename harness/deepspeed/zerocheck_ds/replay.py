@@ -137,7 +137,7 @@ class Replay:
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
-            "save": self._save, "load": self._load,
+            "save": self._save, "load": self._load, "gather": self._not_replayed_yet,
         })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
@@ -152,6 +152,8 @@ class Replay:
     # ---- operations ---------------------------------------------------------------------------
 
     def _initialize(self, index, op):
+        if op.config_error is not None:
+            return self._not_replayed_yet(index, op)
         try:
             target = self.root.get_submodule(op.target)
         except Exception:
@@ -384,6 +386,12 @@ class Replay:
             if candidate is module:
                 return path
         return None
+
+    def _not_replayed_yet(self, index, op):
+        # zerocheck-scenario/2's life-cycle operations: skipped, never run as something else,
+        # until the replay runs them (issue 29).
+        self._skip(index, op.op, op.op, "not replayed upstream yet (a gather, or an initialize "
+                                        "with a config_error)")
 
     def _teardown(self):
         if self._live or self._accepted_repeats:

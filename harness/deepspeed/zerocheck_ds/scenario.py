@@ -1,4 +1,4 @@
-"""Strict reader of scenario files ("format": "zerocheck-scenario/1", harness/SCENARIO_FORMAT.md).
+"""Strict reader of scenario files ("format": "zerocheck-scenario/2", /1 still read; harness/SCENARIO_FORMAT.md).
 
 The rules, paths and messages are the C++ reader's (harness/scenario/read.cc, validate.cc): an unknown key, a wrong
 type, a value out of range or a broken structural rule raises ScenarioError "<JSON path>:
@@ -20,10 +20,11 @@ from . import schema
 from .placement import Placement, read_placement
 from .strict_json import (
     INT64_MIN, UINT64_MAX, ScenarioError, decode, fail, index_path, key_path, quoted, read_array,
-    read_bool, read_enum, read_int, read_limited, read_name, read_number, read_object, read_string,
-    type_name)
+    read_bool, read_checked, read_enum, read_int, read_limited, read_name, read_number, read_object,
+    read_string, type_name)
 
 FORMAT = schema.FORMAT
+READ_FORMATS = schema.READ_FORMATS
 
 # The largest finite float32: a tensor number beyond it does not fit (the C++ reader's FLT_MAX).
 _FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
@@ -68,6 +69,12 @@ class Op:
     name: str = ""
     value: object = None
     world_size: int = 0  # load: a second world of this many ranks loads it too (0: none)
+    tag: object = None  # save/load: the checkpoint's tag (None: save's default, load's last save)
+    optimizer_states: bool = True  # load: the optimizer's state too
+    module_only: bool = False  # load: the module's parameters only
+    modifier_rank: object = None  # gather: the rank whose edit every rank gets (None: no rank)
+    scale: float = 1.0  # gather: the in-place edit, parameters *= scale
+    config_error: object = None  # initialize: a name of schema.CONFIG_ERRORS (None: valid config)
 
 
 @dataclass
@@ -83,6 +90,7 @@ class Scenario:
     tree: list
     placement: Placement
     ops: list
+    construct: str = "eager"  # one of schema.CONSTRUCTIONS
     source: str = ""
 
 
@@ -112,13 +120,16 @@ def scenario_from_json(doc, name="scenario"):
     Duplicate keys are decode()'s to refuse: a dict has none left to see.
     """
     read_object(doc, "$", schema.TOP_REQUIRED, schema.TOP_OPTIONAL)
-    read_enum(doc["format"], "$.format", (FORMAT,))
+    read_enum(doc["format"], "$.format", READ_FORMATS)
     world_size = read_limited(doc["world_size"], "$.world_size", "world_size")
     seed = read_limited(doc["seed"], "$.seed", "seed")
     features = read_limited(doc["features"], "$.features", "features")
     batch = read_limited(doc["batch"], "$.batch", "batch")
     kind, lr = _read_optimizer(doc["optimizer"], "$.optimizer")
     config, config_placement = config_reader.read_config(doc["config"], "$.config", world_size)
+    construct = "eager"
+    if "construct" in doc:
+        construct = read_enum(doc["construct"], "$.construct", schema.CONSTRUCTIONS)
     tree = _read_tree(doc["tree"], "$.tree")
     placement = Placement()
     if "placement" in doc:
@@ -130,9 +141,14 @@ def scenario_from_json(doc, name="scenario"):
                                 "give it once")
         placement = config_placement
     ops = _read_ops(doc["ops"], "$.ops")
+    for i, op in enumerate(ops):
+        # A modifier rank is one of this world's ranks (the reader bounds it by the widest world).
+        if op.modifier_rank is not None and op.modifier_rank >= world_size:
+            fail(key_path(index_path("$.ops", i), "modifier_rank"),
+                 f"value {op.modifier_rank} is out of range [0, {world_size - 1}]")
     return Scenario(name=name, world_size=world_size, seed=seed, features=features, batch=batch,
                     optimizer=kind, lr=float(lr), config=config, tree=tree, placement=placement,
-                    ops=ops)
+                    ops=ops, construct=construct)
 
 
 def _read_optimizer(value, path):
@@ -289,6 +305,35 @@ def _read_route(value, path):
     return [read_limited(c, index_path(path, j), "route_choice") for j, c in enumerate(value)]
 
 
+def tag_problem(tag):
+    """Returns what is wrong with checkpoint tag `tag`, or "" (the C++ schema::tag_problem)."""
+    lo, hi = schema.LIMITS["tag_bytes"]
+    size = len(tag.encode("utf-8"))
+    if not lo <= size <= hi:
+        return f"tag {quoted(tag)} has {size} bytes, expected {lo}..{hi}"
+    for part in schema.TAG_FORBIDDEN:
+        if part in tag:
+            return f"tag {quoted(tag)} contains {quoted(part)}"
+    if tag in schema.RESERVED_TAGS:
+        return f"tag {quoted(tag)} is reserved (the checkpoint folder, or a file beside the tags)"
+    return ""
+
+
+def _read_modifier_rank(value, path):
+    # A rank or null; the world's own bound is checked once the world size is known.
+    if value is None:
+        return None
+    return read_int(value, path, 0, schema.LIMITS["world_size"][1] - 1)
+
+
+def _read_scale(value, path):
+    scale = float(read_number(value, path))
+    lo, hi = schema.SCALE_INCLUSIVE
+    if not lo <= scale <= hi:
+        fail(path, f"expected a scale in [{lo:g}, {hi:g}]")
+    return scale
+
+
 # How each operation key is read (Op has a field of the same name); one reader per schema key.
 _OP_KEY_READERS = schema.every("op_keys", {
     "optimizer": lambda v, p: read_enum(v, p, schema.INITIALIZE_OPTIMIZERS),
@@ -299,6 +344,12 @@ _OP_KEY_READERS = schema.every("op_keys", {
     "name": read_name,
     "value": read_value,
     "world_size": lambda v, p: read_limited(v, p, "world_size"),
+    "tag": lambda v, p: read_checked(v, p, tag_problem),
+    "optimizer_states": read_bool,
+    "module_only": read_bool,
+    "modifier_rank": _read_modifier_rank,
+    "scale": _read_scale,
+    "config_error": lambda v, p: read_enum(v, p, tuple(schema.CONFIG_ERRORS)),
 })
 
 
@@ -314,5 +365,5 @@ def _read_op(raw, path):
     return op
 
 
-__all__ = ["FORMAT", "AttrEntry", "Node", "Op", "Placement", "Scenario", "ScenarioError",
+__all__ = ["FORMAT", "READ_FORMATS", "tag_problem", "AttrEntry", "Node", "Op", "Placement", "Scenario", "ScenarioError",
            "TensorLiteral", "load_scenario", "parse_scenario", "scenario_from_json"]

@@ -19,13 +19,16 @@ _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema.json")
 with open(_PATH, encoding="utf-8") as _f:
     RAW = json.load(_f)
 
-FORMAT = RAW["format"]
+FORMAT = RAW["format"]  # what a writer writes
+READ_FORMATS = tuple(RAW["read_formats"])  # what a reader reads: FORMAT and the earlier ones
+CONSTRUCTIONS = tuple(RAW["constructions"])  # how the tree is built; the first is the default
 TOP_REQUIRED = tuple(RAW["top_keys"]["required"])
 TOP_OPTIONAL = tuple(RAW["top_keys"]["optional"])
 
 # name -> (lo, hi), inclusive; "lr_exclusive" is the open interval of the learning rate.
 LIMITS = {name: tuple(bounds) for name, bounds in RAW["limits"].items()}
 LR_ABOVE, LR_BELOW = LIMITS["lr_exclusive"]
+SCALE_INCLUSIVE = LIMITS["scale_inclusive"]  # a gather's scale, a closed interval
 
 # kind -> SGD-style momentum the replays must build the optimizer with (0 for Adam: unused).
 OPTIMIZERS = {row["kind"]: row["momentum"] for row in RAW["optimizers"]}
@@ -48,6 +51,13 @@ OPS = {row["op"]: OpKeys(tuple(row["required"]), tuple(row["optional"])) for row
 OP_KEYS = tuple(dict.fromkeys(k for keys in OPS.values() for k in keys.required + keys.optional))
 
 INITIALIZE_OPTIMIZERS = tuple(RAW["initialize_optimizers"])
+
+# name -> doc: the invalid configs an initialize may be given (its config_error).
+CONFIG_ERRORS = {row["name"]: row["doc"] for row in RAW["config_errors"]}
+
+# A checkpoint tag: LIMITS["tag_bytes"] bytes, none of TAG_FORBIDDEN, none of RESERVED_TAGS.
+TAG_FORBIDDEN = tuple(RAW["tag_rule"]["forbidden"])
+RESERVED_TAGS = tuple(RAW["tag_rule"]["reserved"])
 
 # kind -> keys it requires besides "kind"
 PLACEMENT_KINDS = {row["kind"]: tuple(row["required"]) for row in RAW["placement_kinds"]}
@@ -78,6 +88,8 @@ CATEGORIES = {
     "placement_kinds": tuple(PLACEMENT_KINDS),
     "optimizers": tuple(OPTIMIZERS),
     "initialize_optimizers": INITIALIZE_OPTIMIZERS,
+    "config_errors": tuple(CONFIG_ERRORS),
+    "constructions": CONSTRUCTIONS,
     "invariants": INVARIANTS,
     "error_kinds": ERROR_KINDS,
     "config_keys": tuple(k.name for k in CONFIG_TOP_KEYS + CONFIG_ZERO_KEYS) + CONFIG_SECTIONS,

@@ -49,7 +49,8 @@ CONTAINER_KINDS = schema.CONTAINER_KINDS
 _POSITIONAL_CONTAINERS = schema.some("node_kinds", "Sequential", "ModuleList")
 
 # Ops whose key names a module path; the reader fills in "" when it is absent.
-PATH_KEYS = schema.some("ops", {"initialize": "target", "set_attr": "module", "del_attr": "module"})
+PATH_KEYS = schema.some("ops", {"initialize": "target", "set_attr": "module", "del_attr": "module",
+                                "gather": "module"})
 assert all(key in schema.OPS[op].optional for op, key in PATH_KEYS.items()), PATH_KEYS
 
 # Reduction passes, in the order they are tried. A candidate's key starts with its pass's index.
@@ -234,6 +235,9 @@ def _with_world_size(doc, world_size):
         for path, rank in owners.items():
             if type(rank) is int and rank >= world_size:
                 owners[path] = world_size - 1
+    for op in candidate.get("ops", ()):  # a gather's modifier rank must stay one of the ranks
+        if isinstance(op, dict) and type(op.get("modifier_rank")) is int and op["modifier_rank"] >= world_size:
+            op["modifier_rank"] = world_size - 1
     return candidate
 
 

@@ -254,9 +254,14 @@ def name_problem(name):
     return ""
 
 
-def read_name(value, path):
-    name = read_string(value, path)
-    problem = name_problem(name)
+def read_checked(value, path, problem_of):
+    """Returns the string at `path` when problem_of(it) is "", else fails with that problem."""
+    text = read_string(value, path)
+    problem = problem_of(text)
     if problem:
         fail(path, problem)
-    return name
+    return text
+
+
+def read_name(value, path):
+    return read_checked(value, path, name_problem)

@@ -34,6 +34,10 @@ void shape(const std::string& path, const std::vector<int64_t>& dims, const sche
 void tensor_numbers(const std::string& path, size_t numbers, int64_t numel);
 void float32_fits(const std::string& path, double value);
 void learning_rate(const std::string& path, double lr);
+// A checkpoint tag (zero3::tag_problem).
+void tag(const std::string& path, const std::string& tag);
+// A gather's scale: finite, in [schema::kScaleMin, schema::kScaleMax].
+void scale(const std::string& path, double scale);
 // A child of node `index` in a tree of `nodes` nodes comes after it.
 void child_index(const std::string& path, int64_t child, size_t index, size_t nodes);
 void children_count(const std::string& path, const schema::NodeKind& kind, size_t children);
