@@ -146,8 +146,10 @@ class CheckpointChecks:
         except Unreadable as e:
             return None, str(e)
 
-    def loaded(self, index, op, expected, engine, adapter):
-        """After a load: the engine must hold `expected` ({(name, field): tensor}); findings."""
+    def loaded(self, index, op, expected, engine, adapter, before=None):
+        """After a load: the engine must hold `expected` ({(name, field): tensor}); findings, each
+        saying which other state the wrong value is (another save's, or the one before the load:
+        `before`), when it is one of them."""
         try:
             try:
                 actual = self.read(engine, adapter)
@@ -155,7 +157,13 @@ class CheckpointChecks:
                 self.tally.skip("I6", f"the state could not be read after the load: {e}")
                 return []
             self.tally.done("I6")
-            return compare(index, op, expected, actual)
+            others = [((f"what the save with tag {tag!r} wrote" if tag is not None else
+                        "what the untagged save wrote"), "another save's value", snapshot)
+                      for tag, snapshot in self._snapshots.items()]
+            if before is not None:
+                others.append(("what it held before the load", "the value before the load",
+                               before))
+            return compare(index, op, expected, actual, others)
         except Exception:  # noqa: BLE001
             return [self._check_failed(index, op)]
 
@@ -187,9 +195,11 @@ def expected_after_load(saved, before, optimizer_states=True, module_only=False)
     return out
 
 
-def compare(index, op, expected, actual):
+def compare(index, op, expected, actual, others=()):
     """I6 findings: each (name, field) of `expected` missing from or different in `actual`, and
-    each field `actual` holds that the checkpoint did not."""
+    each field `actual` holds that the checkpoint did not. `others`: [(what, kind, {key: tensor})],
+    states a wrong value is named after (the message: what; the signature: kind) when it equals
+    one of them."""
     findings = []
 
     def finding(name, field, expected_value, actual_value, text):
@@ -206,9 +216,15 @@ def compare(index, op, expected, actual):
             continue
         gap = difference(value, got)
         if gap is not None:
+            same = [(what, kind) for what, kind, state in others
+                    if (name, field) in state and difference(state[(name, field)], got) is None
+                    and difference(state[(name, field)], value) is not None]
+            hint = f"; it is {same[0][0]}" if same else ""
+            if same:  # which wrong state it is tells one bug from another (the signature's)
+                gap["same_as"] = same[0][1]
             finding(name, field, "the saved value", gap,
                     f"after op {index} ({op}) {name!r} {field!r} is not what was saved: "
-                    f"{describe_gap(gap)}")
+                    f"{describe_gap(gap, 'saved')}{hint}")
     for name, field in sorted(set(actual) - set(expected), key=str):
         finding(name, field, "absent", "held though the checkpoint had none",
                 f"after op {index} ({op}) {name!r} holds {field!r}, which the checkpoint did not")

@@ -163,18 +163,22 @@ class DeepSpeedAdapter(Adapter):
     def consolidated(self, engine, directory, tag):
         """zero_to_fp32's reader of the checkpoint, and (stage 3) the engine's 16-bit consolidated
         state dict (a collective: every rank gathers, rank 0 gets the dict)."""
+        # What a version does not offer (a DeepSpeed without either API) is not consolidated.
         out = {}
         stage_of = getattr(engine, "zero_optimization_stage", None)
-        if callable(stage_of) and int(stage_of()) == 3:
+        sixteen = getattr(engine, "_zero3_consolidated_16bit_state_dict", None)
+        if callable(stage_of) and int(stage_of()) == 3 and callable(sixteen):
             try:
-                out["the engine's 16-bit consolidated state dict"] = (
-                    engine._zero3_consolidated_16bit_state_dict())
+                out["the engine's 16-bit consolidated state dict"] = sixteen()
             except Exception as e:  # noqa: BLE001 - judged by the check
                 out["the engine's 16-bit consolidated state dict"] = e
         if _rank() != 0:
             return {}
         try:
             from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        except ImportError:
+            return out
+        try:
             out["zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint"] = (
                 get_fp32_state_dict_from_zero_checkpoint(directory, tag=tag))
         except Exception as e:  # noqa: BLE001 - a checkpoint it cannot read is a finding

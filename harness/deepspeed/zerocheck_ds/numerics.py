@@ -80,13 +80,13 @@ def difference(expected, actual, tolerance=None):
     return out
 
 
-def describe_gap(gap):
+def describe_gap(gap, reference="twin"):
     if "elements" in gap:
         return f"holds {gap['elements']} elements"
     bound = (f" (allowed {gap['bound_at_first']:.3g}: another sum order at world >= 3)"
              if "bound_at_first" in gap else "")
     return (f"{gap['differing']} of {gap['of']} elements differ; first at [{gap['first_index']}]: "
-            f"{gap['actual']!r}, twin {gap['expected']!r}{bound}; max abs {gap['max_abs']:.3g}, "
+            f"{gap['actual']!r}, {reference} {gap['expected']!r}{bound}; max abs {gap['max_abs']:.3g}, "
             f"max rel {gap['max_rel']:.3g}, max {gap['max_ulp']} ulp")
 
 

@@ -355,8 +355,7 @@ class Replay:
         if self.numerics is not None:
             self.numerics.forward_dropped()
         before = None
-        keeps_optimizer = not optimizer_states or module_only
-        if self.checkpoints is not None and keeps_optimizer:
+        if self.checkpoints is not None:  # what the options keep, and what a wrong value may be
             before, _ = self.checkpoints.before_load(live.engine, self.adapter)
         ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
             live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
@@ -369,7 +368,7 @@ class Replay:
                 expected = checkpoints.expected_after_load(snapshot, before, optimizer_states,
                                                            module_only)
                 self._report(self.checkpoints.loaded(index, op.op, expected, live.engine,
-                                                     self.adapter))
+                                                     self.adapter, before))
         if self.numerics is not None:
             if ok:
                 self.numerics.loaded(tag, self._path_of(live.target), optimizer_states,

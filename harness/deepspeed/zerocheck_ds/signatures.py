@@ -78,6 +78,8 @@ def _signature(finding):
     if invariant == "I6":  # a field after a load, or a consolidated state dict after a save
         actual = finding.get("actual")
         how = exception or (actual if isinstance(actual, str) else "differs")
+        if isinstance(actual, dict) and actual.get("same_as"):
+            how = f"differs: it is {actual['same_as']}"
         return f"I6 {op}: {attribute}: {how}{where}"
     if invariant == "I9":
         return f"I9 {op}: ranks disagree on {attribute}" + (f" ({exception})" if exception else "")
