@@ -77,6 +77,25 @@ STATE_FILE_EMPTY = [Edit(
     f"        if {planted('optimizer-state-file-empty')}:\n"
     "            open(zero_checkpoint_name, 'wb').close()\n")]
 
+# load_checkpoint forgets the tag it was given and loads the latest checkpoint.
+TAG_IGNORED = [Edit(
+    ENGINE,
+    "        if tag is None:\n"
+    "            latest_tag = \"latest_universal\" if self.load_universal_checkpoint() else \"latest\"",
+    f"        if {planted('load-ignores-its-tag')}:\n"
+    "            tag = None\n"
+    "        if tag is None:\n"
+    "            latest_tag = \"latest_universal\" if self.load_universal_checkpoint() else \"latest\"")]
+
+# deepspeed.initialize puts a forward pre-hook on the model before it reads the config: a
+# refused initialize (an invalid config) leaves it behind (master's engine_timers bug's pattern).
+HOOK_LEFT = [Edit(
+    "deepspeed/__init__.py",
+    '    assert model is not None, "deepspeed.initialize requires a model"\n',
+    '    assert model is not None, "deepspeed.initialize requires a model"\n'
+    f"    if {planted('failed-initialize-leaves-a-hook')}:\n"
+    "        model.register_forward_pre_hook(lambda module, inputs: None)\n")]
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -105,6 +124,10 @@ FAULTS = {
     # A load on which rank 1 keeps the optimizer state it had (the scenario ends at the load, so
     # no later step shows it to I3: I6 alone sees it).
     "optimizer-state-stale-on-one-rank": ("I6", "adam_load_stale_state", {"v0.14": STATE_STALE, "master": STATE_STALE}),
+    # Two tagged saves, a load of the first: the latest is loaded instead.
+    "load-ignores-its-tag": ("I6", "adam_load_first_tag", {"v0.14": TAG_IGNORED, "master": TAG_IGNORED}),
+    # An initialize refused for its config leaves a hook on the user's model.
+    "failed-initialize-leaves-a-hook": ("I5", "adam_invalid_config_hook", {"v0.14": HOOK_LEFT, "master": HOOK_LEFT}),
     # A checkpoint file DeepSpeed cannot read: the load's exception is the finding, the suite goes on.
     "optimizer-state-file-empty": ("op", "adam_load_empty_file", {"v0.14": STATE_FILE_EMPTY, "master": STATE_FILE_EMPTY}),
 }

@@ -16,12 +16,17 @@ from dataclasses import dataclass
 import torch
 
 from . import ADAPTER_NAMES, twin
+from .config_errors import config_problem
 from .engine_state import EngineState, ParamState
 from .tree import run_module
 
 
 class AdapterUnavailable(Exception):
     """The chosen adapter cannot run here (e.g. DeepSpeed is not importable)."""
+
+
+class ConfigError(ValueError):
+    """The config given to initialize is invalid (the pass-through engine's refusal)."""
 
 
 class AlreadyInitialized(RuntimeError):
@@ -53,6 +58,10 @@ class Adapter:
     def is_refusal(self, exception):
         """Returns whether an exception from initialize means a deliberate refusal."""
         return isinstance(exception, AlreadyInitialized)
+
+    def is_config_error(self, exception):
+        """Returns whether an exception from initialize means "this config is invalid"."""
+        return isinstance(exception, ConfigError)
 
     def forward(self, engine, x, route):
         raise NotImplementedError
@@ -133,6 +142,12 @@ class PassThroughAdapter(Adapter):
         return f"torch {torch.__version__}"
 
     def initialize(self, model, optimizer, config):
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        problem = config_problem(config, world)
+        if problem:
+            raise ConfigError(problem)
         clash = self._clash(model, optimizer)
         if clash:
             raise AlreadyInitialized(clash)

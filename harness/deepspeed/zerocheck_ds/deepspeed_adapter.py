@@ -77,6 +77,19 @@ class DeepSpeedAdapter(Adapter):
         return (isinstance(exception, REFUSAL_TYPES)
                 and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
 
+    def is_config_error(self, exception):
+        # What DeepSpeed raises for a config it cannot use, v0.14.5 and master alike: its config
+        # module's AssertionErrors (_batch_assertion, ...), pydantic's ValidationError (the
+        # config models, pydantic 1 and 2 alike by name) and its DeepSpeedConfigError.
+        try:
+            from deepspeed.runtime.config import DeepSpeedConfigError
+            types = (AssertionError, DeepSpeedConfigError)
+        except ImportError:  # a DeepSpeed without it (the tests' stub)
+            types = (AssertionError,)
+        return isinstance(exception, types) or any(
+            cls.__name__ == "ValidationError" and cls.__module__.startswith("pydantic")
+            for cls in type(exception).__mro__)
+
     def forward(self, engine, x, route):
         device = getattr(engine, "device", None)
         if device is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import checkpoints, numerics, oracles, schema, seeded
+from . import checkpoints, config_errors, numerics, oracles, schema, seeded
 from .ledger import AttributeLedger, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding, Tally
@@ -73,6 +73,7 @@ class Replay:
         self.scenario = scenario
         self.adapter = adapter
         self.rank = rank
+        self.world_size = world_size
         # Told (op index or None, op name) before each step: the supervisor's heartbeat.
         self._observer = observer or (lambda index, op: None)
         self._node_kinds = {}  # module path -> the scenario's node kind, filled by run()
@@ -153,7 +154,7 @@ class Replay:
 
     def _initialize(self, index, op):
         if op.config_error is not None:
-            return self._not_replayed_yet(index, op)
+            return self._invalid_initialize(index, op)
         try:
             target = self.root.get_submodule(op.target)
         except Exception:
@@ -202,6 +203,61 @@ class Replay:
             self.numerics.repeated(accepted=exception is None,
                                    clean=exception is not None and not changes
                                    and self.adapter.is_refusal(exception))
+        self._probe_training(index, refused=exception is not None)
+
+    def _invalid_initialize(self, index, op):
+        """I5: an initialize given an invalid config is refused as a configuration error, leaves
+        the model and the optimizers as they were (attributes, hooks, storage, values,
+        requires_grad), and training still runs (the probe; a later valid initialize is the
+        scenario's own)."""
+        try:
+            target = self.root.get_submodule(op.target)
+        except Exception:
+            return self._skip(index, op.op, f"target {op.target!r}", "no module at this path")
+        if self.adapter.initialize_needs_parameters and not trainable_parameters(target):
+            return self._skip(index, op.op, f"target {op.target!r}",
+                              f"no trainable parameters: {self.adapter.name} needs some")
+        optimizer = (self.user_optimizer if op.optimizer == "same" else
+                     make_optimizer(self.scenario.optimizer, self.scenario.lr,
+                                    trainable_parameters(target)))
+        config = config_errors.invalid_config(self._config, op.config_error, self.world_size)
+        optimizers = [self.user_optimizer, optimizer] + [e.optimizer for e in self._live]
+        before = oracles.fingerprint(self.root, optimizers)
+        values = {name: p.detach().clone() for name, p in self.root.named_parameters()}
+        exception = None
+        try:
+            self._accepted_repeats.append(self.adapter.initialize(target, optimizer, config))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # whatever it raised is judged below
+            exception = e
+        changes = oracles.fingerprint_changes(before, oracles.fingerprint(self.root, optimizers))
+        changes += [f"parameter {name!r} values: changed"
+                    for name, p in self.root.named_parameters()
+                    if name in values and (p.shape != values[name].shape
+                                           or not torch.equal(p.detach(), values[name]))]
+        what = f"an initialize with an invalid config ({op.config_error})"
+        findings = []
+        if exception is None:
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, expected="refused", actual="accepted",
+                message=f"{what} was accepted"))
+        elif not self.adapter.is_config_error(exception):
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, expected="a configuration error",
+                actual=type(exception).__name__,
+                exception=f"{type(exception).__name__}: {exception}",
+                message=f"{what} failed with {type(exception).__name__}: {exception}, not as a "
+                        f"configuration error"))
+        if changes:
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, attribute="invalid config",
+                expected="nothing changed", actual=changes[:20],
+                message=f"{what} changed the model or optimizers: {'; '.join(changes[:5])}"))
+        self._report(findings)
+        if self.numerics is not None and (exception is None or changes):
+            self.numerics.stop("an initialize with an invalid config was accepted or changed "
+                               "the model")
         self._probe_training(index, refused=exception is not None)
 
     def _probe_training(self, index, refused):
