@@ -96,6 +96,17 @@ HOOK_LEFT = [Edit(
     f"    if {planted('failed-initialize-leaves-a-hook')}:\n"
     "        model.register_forward_pre_hook(lambda module, inputs: None)\n")]
 
+# GatheredParameters' exit with a modifier rank does not broadcast the modifier's values: each
+# rank repartitions its own copy, so only the modifier rank's shard holds the edit.
+PARTITION = "deepspeed/runtime/zero/partition_parameters.py"
+NOT_BROADCAST = {
+    "v0.14": [Edit(PARTITION, "        handles = [dist.broadcast(p.data, self.src_rank,",
+                   f"        handles = [] if {planted('gathered-edit-not-broadcast')} else "
+                   "[dist.broadcast(p.data, self.src_rank,")],
+    "master": [Edit(PARTITION, "        handles = [\n            dist.broadcast(p.data,\n",
+                    f"        handles = [] if {planted('gathered-edit-not-broadcast')} else [\n"
+                    "            dist.broadcast(p.data,\n")]}
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -128,6 +139,9 @@ FAULTS = {
     "load-ignores-its-tag": ("I6", "adam_load_first_tag", {"v0.14": TAG_IGNORED, "master": TAG_IGNORED}),
     # An initialize refused for its config leaves a hook on the user's model.
     "failed-initialize-leaves-a-hook": ("I5", "adam_invalid_config_hook", {"v0.14": HOOK_LEFT, "master": HOOK_LEFT}),
+    # A gather with modifier rank 0 whose edit reaches rank 0's shard only (the scenario ends
+    # before a step, where the pristine engine's own loss of the edit would show).
+    "gathered-edit-not-broadcast": ("I3", "sgd_gather_edit_not_broadcast", NOT_BROADCAST),
     # A checkpoint file DeepSpeed cannot read: the load's exception is the finding, the suite goes on.
     "optimizer-state-file-empty": ("op", "adam_load_empty_file", {"v0.14": STATE_FILE_EMPTY, "master": STATE_FILE_EMPTY}),
 }

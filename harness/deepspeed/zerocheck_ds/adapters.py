@@ -99,6 +99,12 @@ class Adapter:
         """Restores `engine` from the checkpoint `tag` under `directory` (None: the latest)."""
         raise NotImplementedError
 
+    def gather(self, engine, module, modifier_rank, scale):
+        """Gathers `module`'s parameters whole on every rank; inside the scope the rank
+        `modifier_rank` (None: every rank, on its own copy) multiplies them in place by `scale`;
+        on exit the modifier rank's values are every rank's (None: nothing is kept)."""
+        raise NotImplementedError
+
     def consolidated(self, engine, directory, tag):
         """Returns {what: the whole model's state dict, or the exception that reading it raised}
         for each way the engine consolidates its model (its checkpoint `tag` under `directory`,
@@ -206,6 +212,19 @@ class PassThroughAdapter(Adapter):
             ParamState(name, tuple(p.shape), p.requires_grad, p.detach(),
                        grad_numel=None if p.grad is None else p.grad.numel())
             for name, p in engine.module.named_parameters()])
+
+    def gather(self, engine, module, modifier_rank, scale):
+        import torch.distributed as dist
+
+        if modifier_rank is None:  # every rank edits its own copy, none of it is kept
+            return
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        with torch.no_grad():
+            for p in module.parameters():
+                if rank == modifier_rank:
+                    p.mul_(scale)
+                if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                    dist.broadcast(p.data, modifier_rank)
 
     # A checkpoint is each rank's torch.save of the module's and the optimizer's state dicts
     # (every rank holds the whole model), DIR/TAG/rank_R.pt, and DIR/latest names the last tag.

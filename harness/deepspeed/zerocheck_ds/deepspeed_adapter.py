@@ -77,6 +77,16 @@ class DeepSpeedAdapter(Adapter):
         return (isinstance(exception, REFUSAL_TYPES)
                 and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
 
+    def gather(self, engine, module, modifier_rank, scale):
+        import torch
+
+        params = list(module.parameters())
+        with self._deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank):
+            if modifier_rank is None or _rank() == modifier_rank:
+                with torch.no_grad():
+                    for p in params:
+                        p.mul_(scale)
+
     def is_config_error(self, exception):
         # What DeepSpeed raises for a config it cannot use, v0.14.5 and master alike: its config
         # module's AssertionErrors (_batch_assertion, ...), pydantic's ValidationError (the

@@ -121,6 +121,7 @@ class NumericChecks:
         self._boundaries_before_engine = 0  # of them, before the engine the twin follows now
         self._event = None  # what the last operation was, for I4: "initialized", "boundary"
         self._pending_loss = None
+        self._after_gathered_edit = False  # a gather published an edit the twin made too
         self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
         self._twin_latest = None
 
@@ -235,6 +236,23 @@ class NumericChecks:
         self._twin_snapshots[tag] = (target_path, self._twin.snapshot() if self._following()
                                      else None)
         self._twin_latest = tag
+
+    def gathered(self, module_path, modifier_rank, scale):
+        """A gather over the module at `module_path` (of the user's model): with a modifier rank
+        the twin multiplies that module's parameters by `scale`, as the user did on that rank;
+        without one the edit was each rank's own and is not kept."""
+        if not self._following() or modifier_rank is None:
+            return
+        # I3's later findings say so: a value that differs after a published edit is the edit's
+        # fate (its own signature), not the training rules'.
+        self._after_gathered_edit = True
+        target = self._twin.target
+        def edit():
+            with torch.no_grad():
+                for p in self._reference_model().get_submodule(module_path).parameters():
+                    if any(p is q for q in target.parameters()):
+                        p.mul_(scale)
+        self._twin_does(edit)
 
     def consolidation_expectation(self):
         """{state dict key: the twin's value} of the followed target (a tied parameter under each
@@ -418,7 +436,9 @@ class NumericChecks:
                     continue
                 findings.append(Finding(
                     invariant="I3", op_index=index, op=op, module_path=self._module_of(p.name),
-                    param=p.name.rpartition(".")[2], attribute=attribute,
+                    param=p.name.rpartition(".")[2],
+                    attribute=attribute + (" after a gathered edit" if self._after_gathered_edit
+                                           else ""),
                     expected="the dense twin's value", actual=gap,
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {describe_gap(gap)}"))

@@ -138,7 +138,7 @@ class Replay:
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
-            "save": self._save, "load": self._load, "gather": self._not_replayed_yet,
+            "save": self._save, "load": self._load, "gather": self._gather,
         })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
@@ -442,11 +442,30 @@ class Replay:
                 return path
         return None
 
-    def _not_replayed_yet(self, index, op):
-        # zerocheck-scenario/2's life-cycle operations: skipped, never run as something else,
-        # until the replay runs them (issue 29).
-        self._skip(index, op.op, op.op, "not replayed upstream yet (a gather, or an initialize "
-                                        "with a config_error)")
+    def _gather(self, index, op):
+        """The user's edit inside DeepSpeed's GatheredParameters (SCENARIO_FORMAT.md, "Gather"):
+        the twin makes the same edit at the same point when a modifier rank publishes it; I3
+        after the operation and after the next step says whether the engine kept it."""
+        live = self._live[0] if self._live else None
+        try:
+            module = self.root.get_submodule(op.module)
+        except Exception:
+            return self._skip(index, op.op, f"module {op.module!r}", "no module at this path")
+        if live is None:
+            return self._skip(index, op.op, op.op, "no engine")
+        if not any(m is module for m in live.target.modules()):
+            return self._skip(index, op.op, f"module {op.module!r}",
+                              "outside the live engine's target")
+        self._loss = None  # its parameters change in place: the pending graph would be stale
+        if self.numerics is not None:
+            self.numerics.forward_dropped()
+        ok, _ = self._attempt(index, op.op, lambda: self.adapter.gather(
+            live.engine, module, op.modifier_rank, op.scale))
+        if self.numerics is not None:
+            if ok:
+                self.numerics.gathered(op.module, op.modifier_rank, op.scale)
+            else:
+                self.numerics.stop("a gather raised")
 
     def _teardown(self):
         if self._live or self._accepted_repeats:
