@@ -99,6 +99,12 @@ class Adapter:
         """Restores `engine` from the checkpoint `tag` under `directory` (None: the latest)."""
         raise NotImplementedError
 
+    def construction(self, config):
+        """How a `"construct": "zero_init"` scenario's modules are made under `config`: an object
+        like tree.EagerConstruction, or None when this engine has no construction-time
+        partitioning (it builds eagerly; SCENARIO_FORMAT.md: every invariant the same)."""
+        return None
+
     def gather(self, engine, module, modifier_rank, scale):
         """Gathers `module`'s parameters whole on every rank; inside the scope the rank
         `modifier_rank` (None: every rank, on its own copy) multiplies them in place by `scale`;

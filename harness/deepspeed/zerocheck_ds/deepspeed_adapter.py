@@ -77,6 +77,9 @@ class DeepSpeedAdapter(Adapter):
         return (isinstance(exception, REFUSAL_TYPES)
                 and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
 
+    def construction(self, config):
+        return ZeroInitConstruction(self._deepspeed, deepspeed_config(config))
+
     def gather(self, engine, module, modifier_rank, scale):
         import torch
 
@@ -256,6 +259,21 @@ class DeepSpeedAdapter(Adapter):
                 whole = value.numel() * world if value.numel() == flat.numel() else None
                 state[(group, field_name)] = (value.reshape(-1), whole)
         return state
+
+
+class ZeroInitConstruction:
+    """Modules made inside deepspeed.zero.Init with the scenario's config (each parameter
+    partitioned as it is made); their values are written the way zero.Init allows, inside
+    GatheredParameters with modifier rank 0 (every rank computes the same seeded values)."""
+
+    def __init__(self, deepspeed, config):
+        self._deepspeed, self._config = deepspeed, config
+
+    def building(self):
+        return self._deepspeed.zero.Init(config_dict_or_path=self._config)
+
+    def writable(self, root):
+        return self._deepspeed.zero.GatheredParameters(list(root.parameters()), modifier_rank=0)
 
 
 def _state_fields(inner, flat):

@@ -115,7 +115,9 @@ class Replay:
     def run(self):
         """Returns the findings and skipped operations of the whole scenario."""
         self._observer(None, "build")
-        built = build_tree(self.scenario)
+        construction = (self.adapter.construction(self._config)
+                        if self.scenario.construct == "zero_init" else None)
+        built = build_tree(self.scenario, construction)
         for index, module in built.nodes.items():
             path, kind = built.module_paths[id(module)], self.scenario.tree[index].kind
             self._node_kinds[path] = kind
@@ -152,9 +154,8 @@ class Replay:
 
     # ---- operations ---------------------------------------------------------------------------
 
-    def _initialize(self, index, op):
-        if op.config_error is not None:
-            return self._invalid_initialize(index, op)
+    def _initialize_target(self, index, op):
+        """The module an initialize wraps, or None after recording why it is skipped."""
         try:
             target = self.root.get_submodule(op.target)
         except Exception:
@@ -162,6 +163,14 @@ class Replay:
         if self.adapter.initialize_needs_parameters and not trainable_parameters(target):
             return self._skip(index, op.op, f"target {op.target!r}",
                               f"no trainable parameters: {self.adapter.name} needs some")
+        return target
+
+    def _initialize(self, index, op):
+        if op.config_error is not None:
+            return self._invalid_initialize(index, op)
+        target = self._initialize_target(index, op)
+        if target is None:
+            return
         if op.optimizer == "same":
             optimizer = self.user_optimizer
         else:
@@ -210,13 +219,9 @@ class Replay:
         the model and the optimizers as they were (attributes, hooks, storage, values,
         requires_grad), and training still runs (the probe; a later valid initialize is the
         scenario's own)."""
-        try:
-            target = self.root.get_submodule(op.target)
-        except Exception:
-            return self._skip(index, op.op, f"target {op.target!r}", "no module at this path")
-        if self.adapter.initialize_needs_parameters and not trainable_parameters(target):
-            return self._skip(index, op.op, f"target {op.target!r}",
-                              f"no trainable parameters: {self.adapter.name} needs some")
+        target = self._initialize_target(index, op)
+        if target is None:
+            return
         optimizer = (self.user_optimizer if op.optimizer == "same" else
                      make_optimizer(self.scenario.optimizer, self.scenario.lr,
                                     trainable_parameters(target)))
