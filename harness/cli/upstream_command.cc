@@ -76,9 +76,11 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
                      "the ZeRO stage to replay the scenarios with (they stay stage 3; default 3)")
       ->check(CLI::Range(1, 3));
   command.add_option("--disable", options->disable,
-                     "invariants not to check, of I3, I4, I9 (the dense twin and the shard exchange)");
+                     "invariants not to check, of I3, I4, I6, I9 (the dense twin, the shard exchange, checkpoint reads)");
   command.add_flag("--ablate", options->ablate,
-                   "replay each scenario again with each of I3, I4, I9 off in turn: which scenarios only it catches");
+                   "replay each scenario again with each of I3, I4, I6, I9 off in turn: which scenarios only it catches");
+  command.add_flag("--keep-checkpoints", options->keep_checkpoints,
+                   "keep each scenario's checkpoints in OUT/checkpoints/<scenario> (default: measured, then removed)");
   command.add_option("--out", options->out_dir, "where scenarios, verdicts, logs and report.md go");
   command.add_option("--scenarios", options->scenarios,
                      "replay these scenario files or folders instead of exporting new ones")

@@ -41,6 +41,7 @@ std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std:
   if (o.shrink) args.insert(args.end(), {"--shrink", "--shrink-seconds", number(o.shrink_seconds)});
   if (!o.disable.empty()) args.insert(args.end(), {"--disable", o.disable});
   if (o.ablate) args.push_back("--ablate");
+  if (o.keep_checkpoints) args.push_back("--keep-checkpoints");
   if (o.json) args.push_back("--json");
   // Report lines give the command that replays one minimal scenario with these settings.
   args.insert(args.end(), {"--replay-command", fmt::format("{} upstream --python {} --adapter {}", self,

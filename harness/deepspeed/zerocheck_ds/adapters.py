@@ -16,12 +16,17 @@ from dataclasses import dataclass
 import torch
 
 from . import ADAPTER_NAMES, twin
+from .config_errors import config_problem
 from .engine_state import EngineState, ParamState
 from .tree import run_module
 
 
 class AdapterUnavailable(Exception):
     """The chosen adapter cannot run here (e.g. DeepSpeed is not importable)."""
+
+
+class ConfigError(ValueError):
+    """The config given to initialize is invalid (the pass-through engine's refusal)."""
 
 
 class AlreadyInitialized(RuntimeError):
@@ -59,6 +64,10 @@ class Adapter:
         """Returns whether an exception from initialize means a deliberate refusal."""
         return isinstance(exception, AlreadyInitialized)
 
+    def is_config_error(self, exception):
+        """Returns whether an exception from initialize means "this config is invalid"."""
+        return isinstance(exception, ConfigError)
+
     def forward(self, engine, x, route):
         raise NotImplementedError
 
@@ -81,6 +90,46 @@ class Adapter:
 
     def observe(self, engine):
         """Returns what `engine` holds on this rank (EngineState).
+
+        Raises engine_state.StateUnavailable when it cannot be read (the reason is reported).
+        """
+        raise NotImplementedError
+
+    def save(self, engine, directory, tag):
+        """Writes `engine`'s checkpoint under `directory` (the same folder on every rank), named
+        `tag` (None: the engine's default name), and marks it the latest."""
+        raise NotImplementedError
+
+    def load(self, engine, directory, tag, optimizer_states=True, module_only=False):
+        """Restores `engine` from the checkpoint `tag` under `directory` (None: the latest)."""
+        raise NotImplementedError
+
+    def construction(self, config):
+        """How a `"construct": "zero_init"` scenario's modules are made under `config`: an object
+        like tree.EagerConstruction, or None when this engine has no construction-time
+        partitioning (it builds eagerly; SCENARIO_FORMAT.md: every invariant the same)."""
+        return None
+
+    def gather(self, engine, module, modifier_rank, scale):
+        """Gathers `module`'s parameters whole on every rank; inside the scope the rank
+        `modifier_rank` (None: every rank, on its own copy) multiplies them in place by `scale`;
+        on exit the modifier rank's values are every rank's (None: nothing is kept)."""
+        raise NotImplementedError
+
+    def consolidated(self, engine, directory, tag):
+        """Returns {what: the whole model's state dict, or the exception that reading it raised}
+        for each way the engine consolidates its model (its checkpoint `tag` under `directory`,
+        None: the latest; or its live state), on rank 0; {} on the other ranks. Every rank calls
+        it (a consolidation may be a collective)."""
+        raise NotImplementedError
+
+    def checkpoint_state(self, engine):
+        """Returns what a checkpoint must restore, as held on this rank (I6):
+        {(parameter name, field): (tensor, whole numel or None)}. Fields: "value" (the
+        parameter), "master" (an fp32 master copy), and each optimizer state field ("exp_avg",
+        "step", "momentum_buffer", ...). A whole numel means the tensor is this rank's piece of
+        a value partitioned over the ranks in rank order (cut to that many elements once
+        assembled); None means this rank holds it whole.
 
         Raises engine_state.StateUnavailable when it cannot be read (the reason is reported).
         """
@@ -110,6 +159,12 @@ class PassThroughAdapter(Adapter):
         return f"torch {torch.__version__}"
 
     def initialize(self, model, optimizer, config):
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        problem = config_problem(config, world)
+        if problem:
+            raise ConfigError(problem)
         clash = self._clash(model, optimizer)
         if clash:
             raise AlreadyInitialized(clash)
@@ -168,6 +223,70 @@ class PassThroughAdapter(Adapter):
             ParamState(name, tuple(p.shape), p.requires_grad, p.detach(),
                        grad_numel=None if p.grad is None else p.grad.numel())
             for name, p in engine.module.named_parameters()])
+
+    def gather(self, engine, module, modifier_rank, scale):
+        import torch.distributed as dist
+
+        if modifier_rank is None:  # every rank edits its own copy, none of it is kept
+            return
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        with torch.no_grad():
+            for p in module.parameters():
+                if rank == modifier_rank:
+                    p.mul_(scale)
+                if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                    dist.broadcast(p.data, modifier_rank)
+
+    # A checkpoint is each rank's torch.save of the module's and the optimizer's state dicts
+    # (every rank holds the whole model), DIR/TAG/rank_R.pt, and DIR/latest names the last tag.
+
+    def save(self, engine, directory, tag):
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        tag = tag or "checkpoint"
+        os.makedirs(os.path.join(directory, tag), exist_ok=True)
+        state = {"module": engine.module.state_dict(),
+                 "optimizer": None if engine.optimizer is None else engine.optimizer.state_dict()}
+        torch.save(state, os.path.join(directory, tag, f"rank_{rank}.pt"))
+        with open(os.path.join(directory, "latest"), "w", encoding="utf-8") as f:
+            f.write(tag)
+
+    def load(self, engine, directory, tag, optimizer_states=True, module_only=False):
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        if tag is None:
+            with open(os.path.join(directory, "latest"), encoding="utf-8") as f:
+                tag = f.read().strip()
+        state = torch.load(os.path.join(directory, tag, f"rank_{rank}.pt"))
+        engine.module.load_state_dict(state["module"])
+        if optimizer_states and not module_only and engine.optimizer is not None:
+            engine.optimizer.load_state_dict(state["optimizer"])
+
+    def consolidated(self, engine, directory, tag):
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        if rank != 0:
+            return {}
+        if tag is None:
+            with open(os.path.join(directory, "latest"), encoding="utf-8") as f:
+                tag = f.read().strip()
+        return {"the saved module state dict":
+                torch.load(os.path.join(directory, tag, "rank_0.pt"))["module"]}
+
+    def checkpoint_state(self, engine):
+        state = {}
+        optimizer_state = getattr(engine.optimizer, "state", {})
+        for name, p in engine.module.named_parameters():
+            state[(name, "value")] = (p.detach(), None)
+            for field_name, value in optimizer_state.get(p, {}).items():
+                if isinstance(value, torch.Tensor):
+                    state[(name, field_name)] = (value, None)
+                else:  # torch 1.13's SGD keeps nothing else; a number is held whole
+                    state[(name, field_name)] = (torch.tensor([float(value)]), None)
+        return state
 
 
 def _number_modules_like_0_15_4(module, counter=[0]):  # noqa: B006 - the bug is this default

@@ -80,13 +80,13 @@ def difference(expected, actual, tolerance=None):
     return out
 
 
-def _describe(gap):
+def describe_gap(gap, reference="twin"):
     if "elements" in gap:
         return f"holds {gap['elements']} elements"
     bound = (f" (allowed {gap['bound_at_first']:.3g}: another sum order at world >= 3)"
              if "bound_at_first" in gap else "")
     return (f"{gap['differing']} of {gap['of']} elements differ; first at [{gap['first_index']}]: "
-            f"{gap['actual']!r}, twin {gap['expected']!r}{bound}; max abs {gap['max_abs']:.3g}, "
+            f"{gap['actual']!r}, {reference} {gap['expected']!r}{bound}; max abs {gap['max_abs']:.3g}, "
             f"max rel {gap['max_rel']:.3g}, max {gap['max_ulp']} ulp")
 
 
@@ -98,14 +98,15 @@ def _digest(tensor):
 class NumericChecks:
     """The I3, I4 and I9 oracles of one replay on one rank."""
 
-    def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=()):
+    def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
+                 tally=None):
         self.scenario = scenario
         self.rank = rank
         self.world_size = world_size
         self._exchange = exchange
         self._make_optimizer = make_optimizer
         self.enabled = set(NEW_INVARIANTS) - set(disabled)
-        self.tally = Tally()
+        self.tally = tally if tally is not None else Tally()
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None
@@ -120,6 +121,9 @@ class NumericChecks:
         self._boundaries_before_engine = 0  # of them, before the engine the twin follows now
         self._event = None  # what the last operation was, for I4: "initialized", "boundary"
         self._pending_loss = None
+        self._after_gathered_edit = False  # a gather published an edit the twin made too
+        self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
+        self._twin_latest = None
 
     # ---- events from the replay -------------------------------------------------------------
 
@@ -216,9 +220,58 @@ class NumericChecks:
             self._twin_does(self._twin.zero_grad)
         return None
 
+    def forward_dropped(self):
+        """The pending forward was dropped (a load consumes it)."""
+        self._pending_loss = None
+        if self._twin is not None:
+            self._twin.drop_pending()
+
     def released(self):
         if self._twin is not None:
             self._twin.drop_pending()
+
+    def saved(self, tag, target_path):
+        """A save of the engine over `target_path` succeeded on every rank: the twin keeps its
+        own checkpoint under the same tag (None: the engine's default)."""
+        self._twin_snapshots[tag] = (target_path, self._twin.snapshot() if self._following()
+                                     else None)
+        self._twin_latest = tag
+
+    def gathered(self, module_path, modifier_rank, scale):
+        """A gather over the module at `module_path` (of the user's model): with a modifier rank
+        the twin multiplies that module's parameters by `scale`, as the user did on that rank;
+        without one the edit was each rank's own and is not kept."""
+        if not self._following() or modifier_rank is None:
+            return
+        # I3's later findings say so: a value that differs after a published edit is the edit's
+        # fate (its own signature), not the training rules'.
+        self._after_gathered_edit = True
+        target = self._twin.target
+        def edit():
+            with torch.no_grad():
+                for p in self._reference_model().get_submodule(module_path).parameters():
+                    if any(p is q for q in target.parameters()):
+                        p.mul_(scale)
+        self._twin_does(edit)
+
+    def consolidation_expectation(self):
+        """{state dict key: the twin's value} of the followed target (a tied parameter under each
+        of its keys), or None when the twin does not follow."""
+        if not self._following():
+            return None
+        return {key: t.detach().clone()
+                for key, t in self._twin.target.state_dict(keep_vars=True).items()}
+
+    def loaded(self, tag, target_path, optimizer_states, module_only):
+        """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
+                                                  (None, None))
+        if not self._following():
+            return
+        if snapshot is None or path != target_path:
+            return self.stop("a load of a checkpoint saved while the twin did not follow")
+        self._twin_does(lambda: self._twin.restore(
+            snapshot, optimizer_states=optimizer_states and not module_only))
 
     # ---- after every operation ----------------------------------------------------------------
 
@@ -383,10 +436,12 @@ class NumericChecks:
                     continue
                 findings.append(Finding(
                     invariant="I3", op_index=index, op=op, module_path=self._module_of(p.name),
-                    param=p.name.rpartition(".")[2], attribute=attribute,
+                    param=p.name.rpartition(".")[2],
+                    attribute=attribute + (" after a gathered edit" if self._after_gathered_edit
+                                           else ""),
                     expected="the dense twin's value", actual=gap,
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
-                            f"op {index} ({op}): {_describe(gap)}"))
+                            f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
         return findings
 

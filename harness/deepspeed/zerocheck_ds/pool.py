@@ -186,9 +186,10 @@ class RankPool:
         except OSError:
             return ""
 
-    def run(self, name, path, timeout, disable=None):
+    def run(self, name, path, timeout, disable=None, checkpoints=None):
         """Replays one scenario on every rank (with the invariants `disable` lists switched off
-        instead of the worker's own --disable); returns its Outcome. Starts the ranks if needed."""
+        instead of the worker's own --disable, its checkpoints in the folder `checkpoints`);
+        returns its Outcome. Starts the ranks if needed."""
         if not self.running:
             self.start()
         self.scenarios_on_these_ranks += 1
@@ -200,6 +201,8 @@ class RankPool:
                 job = {"name": name, "path": path}
                 if disable is not None:
                     job["disable"] = list(disable)
+                if checkpoints is not None:
+                    job["checkpoints"] = checkpoints
                 r.process.stdin.write((json.dumps(job) + "\n").encode())
                 r.process.stdin.flush()
             except BrokenPipeError:

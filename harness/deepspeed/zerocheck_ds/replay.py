@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import numerics, oracles, provenance, schema, seeded
+from . import checkpoints, config_errors, numerics, oracles, provenance, schema, seeded
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
-from .verdict import NEW_INVARIANTS, Finding
+from .verdict import NEW_INVARIANTS, Finding, Tally
 
 # The operations that write the user's attributes, and the invariants about them (whose findings
 # name the writer).
@@ -75,19 +75,21 @@ def trainable_parameters(module):
 
 class Replay:
     """One scenario on this rank. `exchange` (exchange.Exchange, made once per process by every
-    rank) turns on I3, I4 and I9, less the invariants in `disabled`; `stage` replays the scenario
-    with that ZeRO stage instead of its own. `audit` (provenance.Audit, installed once per
+    rank) turns on I3, I4, I6 and I9, less the invariants in `disabled`; `stage` replays the
+    scenario with that ZeRO stage instead of its own. `audit` (provenance.Audit, installed once per
     process) names the upstream code that wrote a clobbered attribute; without it only the code
-    that raised is named."""
+    that raised is named. `checkpoint_dir` (the same empty folder on every rank, the scenario's
+    own) is where `save` writes; without it save and load are skipped."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
-                 stage=None, disabled=(), audit=None):
+                 stage=None, disabled=(), audit=None, checkpoint_dir=None):
         self.scenario = scenario
         self.adapter = adapter
         self._audit = audit
         self._upstream = audit.files if audit is not None else provenance.UpstreamFiles(
             adapter.upstream_package())
         self.rank = rank
+        self.world_size = world_size
         # Told (op index or None, op name) before each step: the supervisor's heartbeat.
         self._observer = observer or (lambda index, op: None)
         self._node_kinds = {}  # module path -> the scenario's node kind, filled by run()
@@ -102,11 +104,20 @@ class Replay:
         self._config = copy.deepcopy(scenario.config)
         if stage is not None:
             self._config["zero_optimization"]["stage"] = stage
+        self._checkpoint_dir = checkpoint_dir
+        self._saved = {}  # tag (None: the engine's default) -> the saved engine's target path
+        self._latest_save = None  # the tag of the last save
+        tally = Tally()
         self.numerics = None
-        if exchange is not None and set(NEW_INVARIANTS) - set(disabled):
+        if exchange is not None and set(NEW_INVARIANTS) - set(disabled) - {"I6"}:
             self.numerics = numerics.NumericChecks(
                 scenario, rank, world_size, exchange,
-                lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled)
+                lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
+                tally)
+        self.checkpoints = None
+        if exchange is not None and "I6" not in disabled:
+            self.checkpoints = checkpoints.CheckpointChecks(rank, world_size, exchange, tally)
+        self._tally = tally
         if world_size != scenario.world_size:
             self._skip(None, "", "world size",
                        f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -120,7 +131,9 @@ class Replay:
     def run(self):
         """Returns the findings and skipped operations of the whole scenario."""
         self._observer(None, "build")
-        built = build_tree(self.scenario)
+        construction = (self.adapter.construction(self._config)
+                        if self.scenario.construct == "zero_init" else None)
+        built = build_tree(self.scenario, construction)
         for index, module in built.nodes.items():
             path, kind = built.module_paths[id(module)], self.scenario.tree[index].kind
             self._node_kinds[path] = kind
@@ -145,7 +158,7 @@ class Replay:
             "initialize": self._initialize, "forward": self._forward, "backward": self._backward,
             "step": self._step, "zero_grad": self._zero_grad, "set_attr": self._set_attr,
             "del_attr": self._del_attr, "release": self._release, "destroy": self._release,
-            "save": self._checkpoint, "load": self._checkpoint, "gather": self._not_replayed_yet,
+            "save": self._save, "load": self._load, "gather": self._gather,
         })
         for index, op in enumerate(self.scenario.ops):
             self._observer(index, op.op)
@@ -153,8 +166,8 @@ class Replay:
             self._check(index, op.op)
         self._observer(None, "teardown")
         self._teardown()
-        if self.numerics is not None:
-            self.result.checks = self.numerics.tally.to_json()
+        if self.numerics is not None or self.checkpoints is not None:
+            self.result.checks = self._tally.to_json()
         self.result.written = self._written()
         return self.result
 
@@ -176,9 +189,8 @@ class Replay:
 
     # ---- operations ---------------------------------------------------------------------------
 
-    def _initialize(self, index, op):
-        if op.config_error is not None:
-            return self._not_replayed_yet(index, op)
+    def _initialize_target(self, index, op):
+        """The module an initialize wraps, or None after recording why it is skipped."""
         try:
             target = self.root.get_submodule(op.target)
         except Exception:
@@ -186,6 +198,14 @@ class Replay:
         if self.adapter.initialize_needs_parameters and not trainable_parameters(target):
             return self._skip(index, op.op, f"target {op.target!r}",
                               f"no trainable parameters: {self.adapter.name} needs some")
+        return target
+
+    def _initialize(self, index, op):
+        if op.config_error is not None:
+            return self._invalid_initialize(index, op)
+        target = self._initialize_target(index, op)
+        if target is None:
+            return
         if op.optimizer == "same":
             optimizer = self.user_optimizer
         else:
@@ -233,6 +253,57 @@ class Replay:
             self.numerics.repeated(accepted=exception is None,
                                    clean=exception is not None and not changes
                                    and self.adapter.is_refusal(exception))
+        self._probe_training(index, refused=exception is not None)
+
+    def _invalid_initialize(self, index, op):
+        """I5: an initialize given an invalid config is refused as a configuration error, leaves
+        the model and the optimizers as they were (attributes, hooks, storage, values,
+        requires_grad), and training still runs (the probe; a later valid initialize is the
+        scenario's own)."""
+        target = self._initialize_target(index, op)
+        if target is None:
+            return
+        optimizer = (self.user_optimizer if op.optimizer == "same" else
+                     make_optimizer(self.scenario.optimizer, self.scenario.lr,
+                                    trainable_parameters(target)))
+        config = config_errors.invalid_config(self._config, op.config_error, self.world_size)
+        optimizers = [self.user_optimizer, optimizer] + [e.optimizer for e in self._live]
+        before = oracles.fingerprint(self.root, optimizers)
+        values = {name: p.detach().clone() for name, p in self.root.named_parameters()}
+        exception = None
+        try:
+            self._accepted_repeats.append(self.adapter.initialize(target, optimizer, config))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # whatever it raised is judged below
+            exception = e
+        changes = oracles.fingerprint_changes(before, oracles.fingerprint(self.root, optimizers))
+        changes += [f"parameter {name!r} values: changed"
+                    for name, p in self.root.named_parameters()
+                    if name in values and (p.shape != values[name].shape
+                                           or not torch.equal(p.detach(), values[name]))]
+        what = f"an initialize with an invalid config ({op.config_error})"
+        findings = []
+        if exception is None:
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, expected="refused", actual="accepted",
+                message=f"{what} was accepted"))
+        elif not self.adapter.is_config_error(exception):
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, expected="a configuration error",
+                actual=type(exception).__name__,
+                exception=f"{type(exception).__name__}: {exception}",
+                message=f"{what} failed with {type(exception).__name__}: {exception}, not as a "
+                        f"configuration error"))
+        if changes:
+            findings.append(Finding(
+                invariant="I5", op_index=index, op=op.op, attribute="invalid config",
+                expected="nothing changed", actual=changes[:20],
+                message=f"{what} changed the model or optimizers: {'; '.join(changes[:5])}"))
+        self._report(findings)
+        if self.numerics is not None and (exception is None or changes):
+            self.numerics.stop("an initialize with an invalid config was accepted or changed "
+                               "the model")
         self._probe_training(index, refused=exception is not None)
 
     def _probe_training(self, index, refused):
@@ -336,17 +407,112 @@ class Replay:
             return self._skip(index, op.op, op.op, "no engine")
         self._release_all(index, op.op)
 
-    def _checkpoint(self, index, op):
-        # A load with a world_size (resume on another world size) is skipped for the same reason.
-        self._skip(index, op.op, op.op, "save/load are not replayed upstream (sharded checkpoints "
-                                        "are engine-specific; I6, resharding on load included, is "
-                                        "the C++ harness's)")
+    def _checkpointed_engine(self, index, op):
+        """The one live engine a save or load acts on, or None after recording the skip."""
+        if not self._live:
+            self._skip(index, op.op, op.op, "no engine")
+        elif self._checkpoint_dir is None:
+            self._skip(index, op.op, op.op, "no checkpoint folder (the runner was given none)")
+        elif len(self._live) > 1 or self._accepted_repeats:
+            self._skip(index, op.op, op.op, "several live engines: the checkpoint's engine is "
+                                            "ambiguous")
+        else:
+            return self._live[0]
+        return None
 
-    def _not_replayed_yet(self, index, op):
-        # zerocheck-scenario/2's life-cycle operations: skipped, never run as something else,
-        # until the replay runs them (issue 29).
-        self._skip(index, op.op, op.op, "not replayed upstream yet (a gather, or an initialize "
-                                        "with a config_error)")
+    def _save(self, index, op):
+        live = self._checkpointed_engine(index, op)
+        if live is None:
+            return
+        tag = getattr(op, "tag", None)
+        # Whether it raised or not, every rank goes on alike (the checks' collectives): a save
+        # that failed is its own finding, and the load of it fails again, as a user's would.
+        self._attempt(index, op.op,
+                      lambda: self.adapter.save(live.engine, self._checkpoint_dir, tag))
+        path = self._path_of(live.target)
+        self._saved[tag] = path
+        self._latest_save = tag
+        if self.checkpoints is not None:
+            self._report(self.checkpoints.saved(index, op.op, tag, live.engine, self.adapter))
+            expected = (self.numerics.consolidation_expectation() if self.numerics is not None
+                        else None)
+            self._report(self.checkpoints.consolidated(index, op.op, tag, self._checkpoint_dir,
+                                                       live.engine, self.adapter, expected))
+        if self.numerics is not None:
+            self.numerics.saved(tag, path)
+
+    def _load(self, index, op):
+        live = self._checkpointed_engine(index, op)
+        if live is None:
+            return
+        tag = getattr(op, "tag", None)
+        optimizer_states = getattr(op, "optimizer_states", True)
+        module_only = getattr(op, "module_only", False)
+        key = self._latest_save if tag is None else tag
+        if key not in self._saved:
+            return self._skip(index, op.op, op.op, "no save before it" if tag is None else
+                              f"no save with the tag {tag!r} before it")
+        if self._saved[key] != self._path_of(live.target):
+            return self._skip(index, op.op, op.op, "no checkpoint of this engine's model")
+        self._loss = None  # as with step: the pending graph would be stale
+        if self.numerics is not None:
+            self.numerics.forward_dropped()
+        before = None
+        if self.checkpoints is not None:  # what the options keep, and what a wrong value may be
+            before, _ = self.checkpoints.before_load(live.engine, self.adapter)
+        ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
+            live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
+        if self.checkpoints is not None:
+            snapshot = self.checkpoints.snapshot_of(tag)
+            if snapshot is None:
+                self._tally.skip("I6", "the state could not be read at the save")
+                self.checkpoints.before_load(live.engine, self.adapter)  # the ranks' collectives
+            else:
+                expected = checkpoints.expected_after_load(snapshot, before, optimizer_states,
+                                                           module_only)
+                self._report(self.checkpoints.loaded(index, op.op, expected, live.engine,
+                                                     self.adapter, before))
+        if self.numerics is not None:
+            if ok:
+                self.numerics.loaded(tag, self._path_of(live.target), optimizer_states,
+                                     module_only)
+            else:
+                self.numerics.stop("a load raised")
+        if op.world_size:
+            reason = "resharding is checked on demand (--reshard), not in every scenario"
+            self._skip(index, op.op, f"load into a world of {op.world_size}", reason)
+            self._tally.skip("I6", f"a load into a world of {op.world_size}: {reason}")
+
+    def _path_of(self, module):
+        for path, candidate in self.root.named_modules():
+            if candidate is module:
+                return path
+        return None
+
+    def _gather(self, index, op):
+        """The user's edit inside DeepSpeed's GatheredParameters (SCENARIO_FORMAT.md, "Gather"):
+        the twin makes the same edit at the same point when a modifier rank publishes it; I3
+        after the operation and after the next step says whether the engine kept it."""
+        live = self._live[0] if self._live else None
+        try:
+            module = self.root.get_submodule(op.module)
+        except Exception:
+            return self._skip(index, op.op, f"module {op.module!r}", "no module at this path")
+        if live is None:
+            return self._skip(index, op.op, op.op, "no engine")
+        if not any(m is module for m in live.target.modules()):
+            return self._skip(index, op.op, f"module {op.module!r}",
+                              "outside the live engine's target")
+        self._loss = None  # its parameters change in place: the pending graph would be stale
+        if self.numerics is not None:
+            self.numerics.forward_dropped()
+        ok, _ = self._attempt(index, op.op, lambda: self.adapter.gather(
+            live.engine, module, op.modifier_rank, op.scale))
+        if self.numerics is not None:
+            if ok:
+                self.numerics.gathered(op.module, op.modifier_rank, op.scale)
+            else:
+                self.numerics.stop("a gather raised")
 
     def _teardown(self):
         if self._live or self._accepted_repeats:

@@ -120,7 +120,7 @@ class Run:
             "deepspeed_tree": self.args.deepspeed_tree,
             "world_size": self.args.world,
             "stage": self.args.stage,
-            # I3, I4, I9: checks made, and not made by reason, over every scenario.
+            # I3, I4, I6, I9: checks made, and not made by reason, over every scenario.
             "disabled": list(self.args.disabled),
             "checks": merge_tallies(v.get("checks") for v in self.verdicts),
             "scenarios_run": len(self.verdicts),
@@ -130,6 +130,7 @@ class Run:
             "scenarios_per_minute": round(per_minute, 2) if per_minute else None,
             "rank_starts": self.rank_starts,
             "control_cost": self.control_cost,
+            "checkpoints": checkpoint_disk(self.verdicts, self.args),
             "signatures": groups,
             "crashes": [_brief(v) for v in self.verdicts if v["outcome"] == "crash"],
             "hangs": [_brief(v) for v in self.verdicts if v["outcome"] == "hang"],
@@ -401,3 +402,11 @@ def write_markdown(path, run):
         out += ["## Against the baseline", "", "```"] + baseline_module.lines(run.baseline) + ["```"]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
+
+
+def checkpoint_disk(verdicts, args):
+    """Disk the scenarios' checkpoints took (each scenario's folder, measured before removal)."""
+    sizes = [v.get("checkpoint_bytes", 0) for v in verdicts]
+    return {"kept": bool(getattr(args, "keep_checkpoints", False)),
+            "scenarios_saving": sum(1 for b in sizes if b),
+            "max_bytes_per_scenario": max(sizes, default=0), "total_bytes": sum(sizes)}

@@ -11,6 +11,7 @@ before anything runs, and before torch is imported, so bad input fails fast. Und
 
 import argparse
 import os
+import shutil
 import sys
 import traceback
 
@@ -121,8 +122,15 @@ def _run_all(args, scenarios, adapter, world, world_module, exchange):
               f"{len(scenarios)} scenario(s)")
     per_scenario = []
     for scenario in scenarios:
-        result = _replay(Replay, scenario, adapter, world, exchange, args.stage)
+        # Every rank saves into the same folder (one machine, or a shared file system).
+        folder = os.path.join(os.path.abspath(args.out), "checkpoints", scenario.name)
+        if lead:
+            shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder, exist_ok=True)
+        result = _replay(Replay, scenario, adapter, world, exchange, args.stage, folder)
         gathered = world_module.gather(world, [vars(f) for f in result.findings])
+        if lead:  # every rank is past its replay: the gather above waited for them
+            shutil.rmtree(folder, ignore_errors=True)
         findings = merge_ranks(gathered) if world.world_size > 1 else [
             Finding(**dict(vars(f), ranks=[world.rank])) for f in result.findings]
         per_scenario.append((scenario.name, findings))
@@ -133,20 +141,24 @@ def _run_all(args, scenarios, adapter, world, world_module, exchange):
             _print_scenario(scenario, findings, result.skipped)
     total = sum(len(f) for _, f in per_scenario)
     if lead:
+        try:  # every scenario's folder is gone: the parent too, unless something else is in it
+            os.rmdir(os.path.join(os.path.abspath(args.out), "checkpoints"))
+        except OSError:
+            pass
         summary_path = os.path.join(args.out, "summary.json")
         write_json(summary_path, summary_json(adapter.name, version, per_scenario))
         print(f"{PROG}: {len(per_scenario)} scenario(s), {total} finding(s) -> {summary_path}")
     return EXIT_FINDING if total else EXIT_OK
 
 
-def _replay(replay_class, scenario, adapter, world, exchange, stage):
+def _replay(replay_class, scenario, adapter, world, exchange, stage, checkpoint_dir):
     """Returns the replay's result; a failure of the replay itself is a finding, not a crash."""
     from .replay import ReplayResult
     from .verdict import Finding
 
     try:
         return replay_class(scenario, adapter, world.rank, world.world_size, exchange=exchange,
-                            stage=stage).run()
+                            stage=stage, checkpoint_dir=checkpoint_dir).run()
     except Exception as e:
         return ReplayResult(findings=[Finding(
             invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),

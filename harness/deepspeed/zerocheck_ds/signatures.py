@@ -4,7 +4,8 @@ A signature is built from what identifies a bug, never from what varies between 
 invariant, the operation kind, the attribute name (and whether it sat on a module or a
 parameter), the node kind, and for exceptions the type with a normalised message (numbers,
 addresses, paths and quoted values replaced by placeholders); for I3 what differs (a loss, a
-parameter's value), for I4 the partition rule, for I9 the field the ranks disagree on; and the
+parameter's value), for I4 the partition rule, for I6 the field (or the consolidated state dict)
+and how it is wrong, for I9 the field the ranks disagree on; and the
 ZeRO stage when the run replaced the scenarios' stage 3 (`--stage 1`: "... [ZeRO stage 1]"). Scenario names, op indices,
 module paths, ranks and values are left out: the same bug found in two scenarios, or in two
 DeepSpeed versions whose messages differ only in a line number, has one signature.
@@ -74,6 +75,12 @@ def _signature(finding):
         return f"I3 {op}: {attribute} differs from the dense twin{where}"
     if invariant == "I4":
         return f"I4 {op}: {attribute}{where}"
+    if invariant == "I6":  # a field after a load, or a consolidated state dict after a save
+        actual = finding.get("actual")
+        how = exception or (actual if isinstance(actual, str) else "differs")
+        if isinstance(actual, dict) and actual.get("same_as"):
+            how = f"differs: it is {actual['same_as']}"
+        return f"I6 {op}: {attribute}: {how}{where}"
     if invariant == "I9":
         return f"I9 {op}: ranks disagree on {attribute}" + (f" ({exception})" if exception else "")
     return f"{invariant} {op}: {exception or finding.get('message', '')}"

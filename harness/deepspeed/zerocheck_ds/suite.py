@@ -25,6 +25,7 @@ is done so far and exits 130.
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import traceback
@@ -54,11 +55,12 @@ def parse_args(argv):
     p.add_argument("--world", type=int, default=1, help="ranks (processes on loopback), 1..8")
     p.add_argument("--stage", type=int, choices=(1, 2, 3), default=3,
                    help="the ZeRO stage to replay the scenarios with (default 3, the scenarios' own)")
-    p.add_argument("--disable", default="", metavar="I3,I4,I9",
-                   help="invariants not to check (of I3, I4, I9: they cost a dense twin and two "
+    p.add_argument("--disable", default="", metavar="I3,I4,I6,I9",
+                   help="invariants not to check (of I3, I4, I6, I9: they cost a dense twin, "
+                        "checkpoint reads and two "
                         "collectives per operation)")
     p.add_argument("--ablate", action="store_true",
-                   help="replay every scenario again with each of I3, I4, I9 switched off in "
+                   help="replay every scenario again with each of I3, I4, I6, I9 switched off in "
                         "turn: which scenarios only that invariant catches (summary.json "
                         "\"ablation\")")
     p.add_argument("--deepspeed-tree", metavar="DIR",
@@ -77,6 +79,9 @@ def parse_args(argv):
                    help="shrink one scenario per signature and write repro/<signature>.py")
     p.add_argument("--shrink-seconds", type=float, default=300.0, metavar="SECONDS",
                    help="time budget per signature (default 300)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each scenario's checkpoints in DIR/checkpoints/<scenario> (default: "
+                        "removed once its verdict is written; the size is in the verdict)")
     p.add_argument("--replay-command", default="", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true",
                    help="print summary.json on stdout, and nothing else there")
@@ -131,14 +136,14 @@ class Supervisor:
         if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
             pool.stop(grace=5)
         reused = pool.running
-        outcome = pool.run(name, path, self._args.scenario_timeout, disable)
+        outcome = self._run(pool, name, path, disable)
         self.version = self.version or pool.version
         self.versions = self.versions or pool.versions
         notes = []
         if outcome.kind in ("crash", "hang") and reused:
             # The previous scenario may have left the ranks broken: judge this one alone.
             first = outcome
-            outcome = pool.run(name, path, self._args.scenario_timeout, disable)
+            outcome = self._run(pool, name, path, disable)
             notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
                          f"rerun on fresh ranks: {outcome.kind}")
         if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
@@ -146,12 +151,44 @@ class Supervisor:
             notes.append("the ranks raised at different steps; they were restarted")
         return outcome, notes
 
+    def _run(self, pool, name, path, disable):
+        """One replay in a fresh checkpoint folder, measured (outcome.checkpoint_bytes) and
+        removed afterwards unless --keep-checkpoints, whatever the ranks did (a crashed rank's
+        half-written checkpoint included)."""
+        folder = checkpoints_folder(self._args.out, name)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        try:
+            outcome = pool.run(name, path, self._args.scenario_timeout, disable, folder)
+        finally:
+            size = disk_bytes(folder)
+            if not self._args.keep_checkpoints:
+                shutil.rmtree(folder, ignore_errors=True)
+        outcome.checkpoint_bytes = size
+        return outcome
+
     def starts(self):
         return sum(p.starts for p in self._pools.values())
 
     def stop(self):
         for pool in self._pools.values():
             pool.stop(grace=5)
+
+
+def checkpoints_folder(out, name):
+    return os.path.join(out, "checkpoints", name)
+
+
+def disk_bytes(folder):
+    """Bytes of the files under `folder` (0 when there is none)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(root, n)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _environment(args):
@@ -249,6 +286,11 @@ def _main(args):
     finally:
         supervisor.stop()
         checker.stop()
+        if not args.keep_checkpoints:
+            try:  # each scenario's folder is gone already
+                os.rmdir(os.path.join(args.out, "checkpoints"))
+            except OSError:
+                pass
     if not run.finished:
         run.finish(supervisor.version, supervisor.starts())
     summary = run.summary()
@@ -297,6 +339,7 @@ def _replay_all(supervisor, scenarios, run):
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
                          skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
                          written=written_of(outcome))
+        result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))

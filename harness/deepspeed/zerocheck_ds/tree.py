@@ -12,6 +12,7 @@ containers, so no hidden state sits on the user's modules and an engine that for
 `engine(x, route)` to its module delivers it unchanged.
 """
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -156,20 +157,37 @@ def _make_module(node, features, children):
     raise AssertionError(f"node kind {kind!r} passed the reader but has no builder")
 
 
-def build_tree(scenario):
-    """Returns the scenario's model: fresh modules, frozen parameters, seeded parameter values."""
+class EagerConstruction:
+    """Plain modules, their parameters whole and writable (the scenario's "eager")."""
+
+    def building(self):
+        return contextlib.nullcontext()
+
+    def writable(self, root):
+        return contextlib.nullcontext()
+
+
+def build_tree(scenario, construction=None):
+    """Returns the scenario's model: fresh modules, frozen parameters, seeded parameter values.
+
+    `construction` (default eager): the context the modules are made in (`building()`, e.g.
+    DeepSpeed's zero.Init, which partitions each parameter as it is made), and the one in which
+    the whole parameters can be written (`writable(root)`)."""
+    construction = construction or EagerConstruction()
     tree = scenario.tree
     reachable = _reachable(tree)
     nodes = {}
-    # Children have larger indices than their parents, so building backwards finds them ready.
-    for index in sorted(reachable, reverse=True):
-        node = tree[index]
-        nodes[index] = _make_module(node, scenario.features, [nodes[c] for c in node.children])
-        for name in node.frozen:
-            nodes[index].get_parameter(name).requires_grad_(False)
+    with construction.building():
+        # Children have larger indices than their parents, so building backwards finds them ready.
+        for index in sorted(reachable, reverse=True):
+            node = tree[index]
+            nodes[index] = _make_module(node, scenario.features, [nodes[c] for c in node.children])
+            for name in node.frozen:
+                nodes[index].get_parameter(name).requires_grad_(False)
     root = nodes[0]
 
-    seeded.fill_parameters(root, scenario.seed)
+    with construction.writable(root):
+        seeded.fill_parameters(root, scenario.seed)
 
     module_paths = {id(m): path for path, m in root.named_modules()}
     param_names = {id(p): name for name, p in root.named_parameters()}

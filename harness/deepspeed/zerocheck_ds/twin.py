@@ -188,6 +188,34 @@ class DenseTwin:
         elif effect == "local":
             self._local = {}
 
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def snapshot(self):
+        """What a checkpoint of the twin holds: the target's parameters and the optimizer's
+        state, by parameter name (copies)."""
+        state = {}
+        for name, p in self.params:
+            if self._optimizer is not None and p in self._optimizer.state:
+                state[name] = {k: v.clone() if torch.is_tensor(v) else v
+                               for k, v in self._optimizer.state[p].items()}
+        return {"values": {name: p.detach().clone() for name, p in self.params}, "optimizer": state}
+
+    def restore(self, snapshot, optimizer_states=True):
+        """Loads `snapshot` (of this target): the parameters, and the optimizer's state unless
+        `optimizer_states` is false (it then stays as it is). What was accumulated since the last
+        step and the micro-step count stay: a load restores neither (DeepSpeed's engine keeps its
+        micro_steps and gradient partitions)."""
+        self._pending = []
+        with torch.no_grad():
+            for name, p in self.params:
+                p.copy_(snapshot["values"][name])
+        if optimizer_states and self._optimizer is not None:
+            self._optimizer.state.clear()
+            for name, p in self.params:
+                if name in snapshot["optimizer"]:
+                    self._optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v
+                                                for k, v in snapshot["optimizer"][name].items()}
+
     # ---- reading --------------------------------------------------------------------------
 
     def values(self):

@@ -14,7 +14,8 @@ share):
     {"done": NAME, "findings": [...], "skipped": [...], "checks": {...}}
 
 A job is {"name": NAME, "path": SCENARIO} and may carry "disable": [invariants], which replaces
---disable for that scenario (the suite's --ablate).
+--disable for that scenario (the suite's --ablate), and "checkpoints": FOLDER, where that
+scenario's saves go (the supervisor makes it empty beforehand and removes it afterwards).
 
 ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
 survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
@@ -142,7 +143,7 @@ def main(argv):
             result = Replay(scenario, adapter, world.rank, world.world_size,
                             observer=_observer(replies, name, planted), exchange=exchange,
                             stage=args.stage, disabled=job.get("disable", disabled),
-                            audit=audit).run()
+                            audit=audit, checkpoint_dir=job.get("checkpoints")).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),

@@ -1,0 +1,125 @@
+"""I6 in-process: a save and a load round trip on the pass-through engine holds; loads that restore
+the wrong thing (the optimizer state left as it was, an older checkpoint, a consolidated state dict
+without a tied key) are caught, each by I6; what a load's options must restore."""
+
+import os
+import tempfile
+import unittest
+
+import torch
+
+from zerocheck_ds import checkpoints
+from zerocheck_ds.adapters import PassThroughAdapter
+from zerocheck_ds.exchange import Exchange
+from zerocheck_ds.replay import Replay
+from zerocheck_ds.scenario import load_scenario
+
+SCENARIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "tests",
+                         "scenarios", "upstream_checkpoints")
+
+
+class OptimizerStateNotLoaded(PassThroughAdapter):
+    """A load that restores the module but leaves the optimizer's state as it was."""
+
+    def load(self, engine, directory, tag, optimizer_states=True, module_only=False):
+        super().load(engine, directory, tag, optimizer_states=False, module_only=module_only)
+
+
+class LoadsTheFirstSave(PassThroughAdapter):
+    """A load that reads the first checkpoint ever saved, whatever `latest` says."""
+
+    def save(self, engine, directory, tag):
+        tag = tag or f"save{len(os.listdir(directory))}"
+        super().save(engine, directory, tag)
+
+    def load(self, engine, directory, tag, optimizer_states=True, module_only=False):
+        first = sorted(n for n in os.listdir(directory) if n != "latest")[0]
+        super().load(engine, directory, first, optimizer_states, module_only)
+
+
+class ConsolidatesWithoutTiedKeys(PassThroughAdapter):
+    """A consolidated state dict that keeps each tied parameter under its first key only."""
+
+    def consolidated(self, engine, directory, tag):
+        seen, out = set(), {}
+        for key, value in engine.module.state_dict(keep_vars=True).items():
+            if id(value) not in seen:
+                seen.add(id(value))
+                out[key] = value.detach().clone()
+        return {"a consolidated state dict": out}
+
+
+def replay(name, adapter):
+    with tempfile.TemporaryDirectory() as folder:
+        scenario = load_scenario(os.path.join(SCENARIOS, f"{name}.json"))
+        scenario.world_size = 1  # one rank here: the twin follows (I3 after the load too)
+        return Replay(scenario, adapter, exchange=Exchange(0, 1), checkpoint_dir=folder).run()
+
+
+def i6(result):
+    return [f for f in result.findings if f.invariant == "I6"]
+
+
+class RoundTrip(unittest.TestCase):
+    def test_pass_through_restores_what_it_saved(self):
+        for name in ("adam_save_train_load", "sgd_save_destroy_initialize_load",
+                     "adam_two_saves_load_latest", "tied_adam_save_load"):
+            with self.subTest(name):
+                result = replay(name, PassThroughAdapter())
+                self.assertEqual([f.one_line() for f in result.findings], [])
+                self.assertGreaterEqual(result.checks["I6"]["checked"], 2)
+                self.assertFalse(result.checks["I3"]["not_checked"])
+
+    def test_optimizer_state_left_as_it_was_is_caught(self):
+        found = i6(replay("adam_save_train_load", OptimizerStateNotLoaded()))
+        self.assertTrue(any(f.attribute == "exp_avg" for f in found), [f.message for f in found])
+        self.assertFalse(any(f.attribute == "value" for f in found))
+
+    def test_an_older_checkpoint_is_caught(self):
+        found = i6(replay("adam_two_saves_load_latest", LoadsTheFirstSave()))
+        self.assertTrue(any(f.attribute == "value" for f in found), [f.message for f in found])
+
+    def test_a_consolidated_state_dict_without_the_tied_keys_is_caught(self):
+        found = i6(replay("tied_adam_save_load", ConsolidatesWithoutTiedKeys()))
+        self.assertTrue(any(f.module_path == "2" and "missing" in f.actual for f in found),
+                        [f.message for f in found])
+
+    def test_without_a_folder_save_and_load_are_skipped(self):
+        scenario = load_scenario(os.path.join(SCENARIOS, "adam_save_train_load.json"))
+        result = Replay(scenario, PassThroughAdapter(), exchange=Exchange(0, 1)).run()
+        self.assertEqual({s["op"] for s in result.skipped if s["op"]}, {"save", "load"})
+
+
+class WhatALoadRestores(unittest.TestCase):
+    saved = {("w", "value"): torch.tensor([1.0]), ("w", "master"): torch.tensor([1.0]),
+             ("w", "exp_avg"): torch.tensor([0.5])}
+    before = {("w", "value"): torch.tensor([2.0]), ("w", "master"): torch.tensor([2.0]),
+              ("w", "exp_avg"): torch.tensor([0.75])}
+
+    def test_everything_with_optimizer_states(self):
+        self.assertEqual(checkpoints.expected_after_load(self.saved, self.before), self.saved)
+
+    def test_without_optimizer_states_the_moments_stay(self):
+        for options in ({"optimizer_states": False}, {"module_only": True}):
+            expected = checkpoints.expected_after_load(self.saved, self.before, **options)
+            self.assertEqual(float(expected[("w", "value")]), 1.0)
+            self.assertEqual(float(expected[("w", "master")]), 1.0)
+            self.assertEqual(float(expected[("w", "exp_avg")]), 0.75)
+
+    def test_compare_names_the_field_and_the_gap(self):
+        actual = dict(self.saved)
+        actual[("w", "exp_avg")] = torch.tensor([0.25])
+        actual[("w", "extra")] = torch.tensor([0.0])
+        del actual[("w", "master")]
+        found = checkpoints.compare(3, "load", self.saved, actual)
+        self.assertEqual(sorted((f.attribute, str(f.actual)[:7]) for f in found),
+                         [("exp_avg", "{'diffe"), ("extra", "held th"), ("master", "missing")])
+        self.assertTrue(all(f.invariant == "I6" and f.op_index == 3 for f in found))
+
+    def test_nan_matches_nan(self):
+        nan = {("w", "value"): torch.tensor([float("nan")])}
+        self.assertEqual(checkpoints.compare(0, "load", nan, dict(nan)), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
