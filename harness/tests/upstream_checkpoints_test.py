@@ -15,7 +15,7 @@ from the files it writes:
      states (#8499, I6 naming the other save), module_only loading nothing (I6, the value before
      the load), a module used twice missing from both consolidations (I6), a gathered edit undone
      by the next step (I3);
-  4. every I3/I4/I6/I9 signature is triaged in KNOWN_UPSTREAM.md.
+  4. every I3/I4/I6/I9 root cause is triaged in KNOWN_UPSTREAM.md.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
@@ -90,9 +90,9 @@ def main():
               f"{version}: {name} shows {invariant} '{text}' ({signatures(found[name])})")
     # 4. Triaged.
     table = triaged()
-    new = sorted({f["signature"] for v in found.values() for f in v["findings"]
-                  if f["invariant"] in NEW_INVARIANTS} - set(table))
-    check(not new, f"{version}: every I3, I4, I6 and I9 signature is triaged (not: {new})")
+    new = sorted({c["title"] for c in summary["root_causes"]
+                  if c.get("invariant") in NEW_INVARIANTS} - set(table))
+    check(not new, f"{version}: every I3, I4, I6 and I9 root cause is triaged (not: {new})")
     print(f"checkpoints and life cycle ({version}): {summary['scenarios_per_minute']} scenarios/min, "
           f"I6 {summary['checks']['I6']['checked']} checks, disk at most "
           f"{disk['max_bytes_per_scenario']} bytes per scenario; all checks passed")

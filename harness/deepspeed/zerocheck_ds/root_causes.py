@@ -10,6 +10,8 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
   scenario's later I3 findings (other parameters, the loss after) belong to that cause, so one
   wrong reduction is not one cause per parameter;
 - I4, I9: the invariant, the operation and the rule or field (not the node kind);
+- I6: after a load whose values equal another known state (another save's, the one before the
+  load), that state, whatever the field; otherwise the field or the consolidated state dict;
 - anything else (a crash, a hang, a finding no upstream frame explains): its signature.
 
 Lines are shown, never keyed: a cause keeps its identity across DeepSpeed commits. The stage is
@@ -42,7 +44,12 @@ def cause_title(finding, first_i3=None):
     if invariant == "I3":
         return (f"I3 {finding.get('op') or 'build'}: {finding.get('attribute')} first differs "
                 f"from the dense twin{suffix}")
-    if invariant in NEW_INVARIANTS:  # I4, I9
+    actual = finding.get("actual")
+    if invariant == "I6" and isinstance(actual, dict) and actual.get("same_as"):
+        # One wrong load shows in every field it restores (values, fp32 masters, moments): what
+        # the wrong state is tells one bug from another, the field does not.
+        return f"I6 {finding.get('op') or 'build'}: restores {actual['same_as']}{suffix}"
+    if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9
         return f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}{suffix}"
     return finding.get("signature", "")
 
