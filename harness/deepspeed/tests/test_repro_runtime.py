@@ -72,8 +72,8 @@ class Checks(unittest.TestCase):
 class Copier(unittest.TestCase):
     def test_a_function_comes_with_what_it_uses_and_nothing_else(self):
         text = rt.source(["check_user_attrs"])
-        for needed in ("def check_user_attrs", "def same", "def show", "def fail_once",
-                       "def fail(", "def user_object", "class Absent", "ABSENT = ", "ERRORS = "):
+        for needed in ("def check_user_attrs", "def same", "def show", "def fail(", "def where",
+                       "class Absent", "ABSENT = ", "ERRORS = "):
             self.assertIn(needed, text)
         for not_needed in ("def check_owner_by_attr", "def op_failed", "def skipped",
                            "model = None", "PREFIX = "):
