@@ -18,12 +18,8 @@ import sys
 import torch
 
 
-class Absent:
-    def __repr__(self):
-        return "<absent>"
-
-
-ABSENT = Absent()  # the attribute does not exist (the user deleted it)
+# The attribute does not exist (the user deleted it): a value of its own kind, shown as <absent>.
+ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
 ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
 
 # The script's globals (it defines its own; these let the module import and be tested).
@@ -35,20 +31,16 @@ OWNERS = {}
 SCENARIO_WORLD_SIZE = 1
 PREFIX = ""
 SIGNATURE = ""
-failures = []  # (invariant, op_index, attribute, expected, actual, text), in the order seen
+failures = []  # (invariant, attribute, expected, actual, "where: text"), in the order seen
 _reported = set()
 
 
 def fail(invariant, op_index, attribute, expected, actual, text, once=None):
-    if once is not None and once in _reported:  # a clobbered attribute stays clobbered: report
-        return  # it when it first appears (or changes), by its identity `once`
-    _reported.add(once)
-    failures.append((invariant, op_index, attribute, expected, actual, text))
-    print(f"{PREFIX}FAILED {invariant} at {where(op_index)}: {text}", flush=True)
-
-
-def where(op_index):
-    return "build/teardown" if op_index is None else f"op {op_index}"
+    if once is None or once not in _reported:  # a clobbered attribute stays clobbered: report it
+        _reported.add(once)  # when it first appears (or changes), by its identity `once`
+        text = ("build/teardown" if op_index is None else f"op {op_index}") + f": {text}"
+        failures.append((invariant, attribute, expected, actual, text))
+        print(f"{PREFIX}FAILED {invariant} at {text}", flush=True)
 
 
 def op_failed(op_index, op, error):
@@ -69,12 +61,16 @@ def show(value, depth=0):
     """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
     if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
         return f"tensor({value.tolist()}, dtype={value.dtype})"
-    if isinstance(value, torch.Tensor):
-        return f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device={value.device})"
     if type(value) is list and depth < 8:
         return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
+    return show_plain(value)
+
+
+def show_plain(value):
+    """show() where the user wrote no tensor or list: any other tensor by its shape only."""
     try:
-        text = repr(value)
+        text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
+                f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
     except Exception as e:  # a foreign object's repr may itself fail
         text = f"<repr failed: {type(e).__name__}>"
     return text if len(text) <= 200 else text[:200] + "..."
@@ -87,8 +83,14 @@ def same(expected, actual):
                 == "cpu" and actual.shape == expected.shape and torch.equal(actual, expected))
     if type(expected) is list:
         return type(actual) is list and len(actual) == len(expected) and all(map(same, expected, actual))
-    return actual is expected if expected in (ABSENT, None) else (type(actual) is type(expected)
-                                                                  and actual == expected)
+    return same_plain(expected, actual)
+
+
+def same_plain(expected, actual):
+    """same() for a value that is no tensor or list: ABSENT and None are only themselves."""
+    if expected is ABSENT or expected is None:
+        return actual is expected
+    return type(actual) is type(expected) and actual == expected
 
 
 def trainable(module):
@@ -157,6 +159,15 @@ def check_owner_by_map(op_index):
                  f"(placement map) became None ({why})", once=("I2", path))
 
 
+def holder(**children):
+    """A module holding `children` under their names, without a forward: a node's stand-in where
+    no forward runs (an engine sees the same modules, names and parameters)."""
+    module = torch.nn.Module()
+    for name, child in children.items():
+        module.add_module(name, child)
+    return module
+
+
 def plain_initialize(model, optimizer, config):
     """Stands in for deepspeed.initialize under --plain: the engine is the user's model itself."""
     return model, optimizer, None, None
@@ -174,14 +185,10 @@ def one_rank_environment():
 def verdict(invariant, attribute=None, actual=None, expected_start=""):
     """REPRODUCED (the first failure like the target) and exit 1, else NOT REPRODUCED and exit 0.
     A target field left None matches anything."""
-    found = [f for f in failures if f[0] == invariant and attribute in (None, f[2])
-             and actual in (None, f[4]) and f[3].startswith(expected_start)]
-    if found:
-        _, op_index, _, expected, got, text = found[0]
-        print(f"{PREFIX}REPRODUCED {SIGNATURE}: expected {expected}, got {got} ({where(op_index)}: {text})")
-    else:
-        print(f"{PREFIX}NOT REPRODUCED {SIGNATURE}")
-    sys.stdout.flush()
+    found = [f[2:] for f in failures if f[0] == invariant and attribute in (None, f[1])
+             and actual in (None, f[3]) and f[2].startswith(expected_start)]
+    print(PREFIX + ("REPRODUCED {}: expected {}, got {} ({})".format(SIGNATURE, *found[0]) if found
+                    else f"NOT REPRODUCED {SIGNATURE}"), flush=True)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Skip torch.distributed's teardown at interpreter exit: it aborts (SIGABRT) when the
         # other rank has already gone, and the exit code must be the verdict's.
@@ -192,6 +199,8 @@ def verdict(invariant, attribute=None, actual=None, expected_start=""):
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
                   "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE"}
+# Where the user's values hold no tensor or list, a script binds these to their _plain forms.
+PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 
 
 def definitions(module):

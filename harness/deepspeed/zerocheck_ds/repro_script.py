@@ -144,10 +144,12 @@ def _without_unused(sections):
         text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines))
 
 
-def _copied(title, module, used):
-    """The definitions of `module` that `used` names, and what they need, under a rule; or ""."""
+def _copied(title, module, used, bound=()):
+    """The definitions of `module` that `used` names, and what they need, under a rule; or "".
+    `bound`: names the script defines itself, never copied."""
     wanted = sorted(used & set(repro_runtime.definitions(module)))
-    return _rule(title) + "\n\n" + repro_runtime.source(wanted, module) if wanted else ""
+    return (_rule(title) + "\n\n" + repro_runtime.source(
+        wanted, module, repro_runtime.SCRIPT_GLOBALS | set(bound)) if wanted else "")
 
 
 def code_lines(text):
@@ -695,6 +697,10 @@ def _constructor(plan, node):
     if not plan.runs_forward and node.kind in ("Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
         return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
+    if not plan.runs_forward and node.kind == "Expert":
+        return "holder(linear=nn.Linear(FEATURES, FEATURES))"
+    if not plan.runs_forward and node.kind == "MoE":
+        return f"holder(experts=nn.ModuleList({children}))"
     return schema.every("node_kinds", {
         "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
         "LayerNorm": "nn.LayerNorm(FEATURES)",
@@ -713,10 +719,9 @@ def _build(plan, checks=("check",)):
              "# The model, one variable per node; a node listed twice is one shared (tied) module."]
     for index in sorted(built.nodes, reverse=True):  # children have larger indices
         node = s.tree[index]
-        lines.append(f"n{index} = {_constructor(plan, node)}")
+        lines.append(f"{'model = ' if index == 0 else ''}n{index} = {_constructor(plan, node)}")
         lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
     lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
-    lines.append("model = n0")
     if plan.runs_forward:
         lines.append("fill_parameters(model, SEED)  # the seeded values of each parameter's path")
     lines += ["",

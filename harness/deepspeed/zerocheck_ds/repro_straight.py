@@ -15,6 +15,7 @@ import textwrap
 
 from . import repro_runtime, schema, tree
 from .deepspeed_adapter import deepspeed_config
+from .scenario import TensorLiteral
 from .repro_script import (_OWNER_CHECKS, _build, _comment, _copied, _header, _module_source,
                            _names_used, _optimizer_source, _placement_setup, _rule,
                            _verdict, _without_unused, _write_block)
@@ -35,11 +36,17 @@ def text(plan, target, script_name, stage, produced_on):
     checks = ["check_user_attrs"]
     if plan.placement.kind != "none":
         checks.append(_OWNER_CHECKS[plan.placement.kind])
-    steps = [_settings(plan, target, stage), _engine(plan),
-             _build(plan, checks) + "\n\n" + _operations(plan, checks), _verdict(target)]
+    # After the build only where the finding may show there (the general form always checks).
+    build = _build(plan, checks if target.get("op_index") is None else ())
+    plain = "" if _writes_tensors_or_lists(plan.scenario) else (
+        "# The user's values are no tensors or lists: compared and shown by the plain rules.\n"
+        + ", ".join(repro_runtime.PLAIN_FORMS) + " = " + ", ".join(repro_runtime.PLAIN_FORMS.values()))
+    steps = [_settings(plan, target, stage), plain, _engine(plan),
+             build + "\n\n" + _operations(plan, target, checks), _verdict(target)]
     used = _names_used("\n".join(steps))
+    bound = repro_runtime.PLAIN_FORMS if plain else ()
     copied = [_copied("the model's classes", tree, used),
-              _copied("failures, the checks and the verdict", repro_runtime, used)]
+              _copied("failures, the checks and the verdict", repro_runtime, used, bound)]
     body = _without_unused(steps[:1] + copied + steps[1:])
     sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
                         produced_on)] + body
@@ -76,7 +83,7 @@ def _settings(plan, target, stage):
 def _wrapped(value):
     """repr(value) in lines of at most 100 columns, where breaking at spaces keeps it the same
     value (no string holding a space is cut); else one item a line."""
-    text = "\n    ".join(textwrap.wrap(repr(value), width=92, break_long_words=False))
+    text = "\n    ".join(textwrap.wrap(repr(value), width=96, break_long_words=False))
     if ast.literal_eval(text) == value:
         return text
     return pprint.pformat(value, width=92, sort_dicts=False).replace("\n", "\n" + " " * 9)
@@ -86,34 +93,46 @@ def _engine(plan):
     if not plan.initializes:
         return ""
     return "\n".join([_rule("the engine: DeepSpeed, or the model itself under --plain"), "",
-                      "if PLAIN:", "    initialize = plain_initialize", "else:",
-                      "    import deepspeed", "", "    one_rank_environment()",
-                      "    initialize = deepspeed.initialize"])
+                      "if not PLAIN:", "    import deepspeed", "",
+                      "    one_rank_environment()",
+                      "initialize = plain_initialize if PLAIN else deepspeed.initialize"])
 
 
-def _operations(plan, checks):
+def _writes_tensors_or_lists(scenario):
+    values = [entry.value for node in scenario.tree for entry in node.attrs]
+    values += [entry.value for node in scenario.tree for entries in node.param_attrs.values()
+               for entry in entries]
+    values += [op.value for op in scenario.ops if op.op == "set_attr"]
+    return any(isinstance(v, (TensorLiteral, tuple)) for v in values)
+
+
+def _operations(plan, target, checks):
     lines = []
     for i, op in enumerate(plan.scenario.ops):
         lines.append("")
-        lines += (_initialize(plan, i, op) if op.op == "initialize"
+        lines += (_initialize(plan, i, op, target["invariant"]) if op.op == "initialize"
                   else _write_block(plan, i, op))
         lines += [f"{check}({i})" for check in checks]
     return "\n".join(lines)
 
 
-def _initialize(plan, i, op):
+def _initialize(plan, i, op, invariant):
     what = "the root" if op.target == "" else f"module {op.target!r}"
     try:
-        target = plan.built.root.get_submodule(op.target)
+        module = plan.built.root.get_submodule(op.target)
     except Exception:
         return [_comment(f"op {i}: initialize {what}: skipped, no module at this path")]
-    if op.optimizer == "fresh" and not any(p.requires_grad for p in target.parameters()):
+    if op.optimizer == "fresh" and not any(p.requires_grad for p in module.parameters()):
         return [_comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
                          f"trainable parameters")]
     source = _module_source(op.target)
     optimizer = ("user_optimizer" if op.optimizer == "same"
                  else _optimizer_source(plan.scenario, f"trainable({source})"))
-    return [_comment(f"op {i}: initialize {what} with "
-                     + ("the user's optimizer" if op.optimizer == "same" else "a fresh optimizer")),
-            "try:", f"    initialize(model={source}, optimizer={optimizer}, config=CONFIG)",
-            "except ERRORS as e:", f'    op_failed({i}, "initialize", e)']
+    call = f"initialize(model={source}, optimizer={optimizer}, config=CONFIG)"
+    lines = [_comment(f"op {i}: initialize {what} with "
+                      + ("the user's optimizer" if op.optimizer == "same" else "a fresh optimizer"))]
+    if invariant != "op":
+        # Raising is not this finding: the traceback ends the run without a verdict (for a
+        # bisection, a commit where the script cannot run).
+        return lines + [call]
+    return lines + ["try:", f"    {call}", "except ERRORS as e:", f'    op_failed({i}, "initialize", e)']
