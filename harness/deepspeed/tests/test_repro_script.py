@@ -109,7 +109,7 @@ class ReproScript(unittest.TestCase):
         placed = repro_script_text(os.path.join(support.FIXTURES, "repro",
                                                 "one_op_placement.json"),
                                    target("I2", op_index=0, op="initialize"))
-        self.assertLessEqual(code_lines(placed), 115)
+        self.assertLessEqual(code_lines(placed), 100)
         for straight in (text, placed):  # no dispatcher, no stand-in engine class
             for absent in ("def initialize", "class PlainEngine", "def check("):
                 self.assertNotIn(absent, straight)

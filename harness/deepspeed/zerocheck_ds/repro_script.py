@@ -764,10 +764,10 @@ def _optimizer_source(scenario, params_source):
 def _placement_setup(plan):
     policy, built = plan.placement, plan.built
     if policy.kind == "attr_mod":
-        lines = ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
-                     f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}", "placed = {"]
-        lines += [f"    {path!r}: {plan.module_source(path)}," for path in built.expert_paths]
-        return lines + ["}"]
+        return ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
+                    f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}",
+                _dict_source({path: plan.module_source(path) for path in built.expert_paths},
+                             "placed")]
     if policy.kind == "map":
         lines = ["", "# I2: the placement map, and the module the user placed at each path."]
         entries = []
@@ -778,9 +778,16 @@ def _placement_setup(plan):
                 lines.append(_comment(f"skipped placement.owners[{path!r}]: no module at path "
                                       f"{path!r}"))
         lines.append("OWNERS = {" + ", ".join(f"{p!r}: {r}" for p, r, _ in entries) + "}")
-        lines += ["placed = {"] + [f"    {p!r}: {v}," for p, _, v in entries] + ["}"]
-        return lines
+        return lines + [_dict_source({p: v for p, _, v in entries}, "placed")]
     return []
+
+
+def _dict_source(sources, name):
+    """`name = {key: source, ...}` on one line where it fits in 100 columns, else one a line."""
+    items = [f"{key!r}: {source}" for key, source in sources.items()]
+    line = f"{name} = {{" + ", ".join(items) + "}"
+    return line if len(line) <= 100 else "\n".join([f"{name} = {{"] + [f"    {i}," for i in items]
+                                                     + ["}"])
 
 
 def _operations(plan):

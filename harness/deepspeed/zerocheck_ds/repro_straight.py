@@ -33,8 +33,9 @@ def fits(plan, target):
 
 
 def text(plan, target, script_name, stage, produced_on):
-    checks = ["check_user_attrs"]
-    if plan.placement.kind != "none":
+    # The target's own check (an exception needs none; it keeps both, for what they show).
+    checks = ["check_user_attrs"] if target["invariant"] != "I2" else []
+    if plan.placement.kind != "none" and target["invariant"] != "I1":
         checks.append(_OWNER_CHECKS[plan.placement.kind])
     # After the build only where the finding may show there (the general form always checks).
     build = _build(plan, checks if target.get("op_index") is None else ())
