@@ -110,7 +110,11 @@ class ReproScript(unittest.TestCase):
                                                 "one_op_placement.json"),
                                    target("I2", op_index=0, op="initialize"))
         self.assertLessEqual(code_lines(placed), 100)
-        for straight in (text, placed):  # no dispatcher, no stand-in engine class
+        # The seed bug as --shrink leaves it on v0.14.5: one Expert with the user's `id` 59.
+        seed = repro_script_text(os.path.join(support.FIXTURES, "repro", "seed_bug_shrunk.json"),
+                                 target("I1", attribute="id", op_index=0, op="initialize"))
+        self.assertLessEqual(code_lines(seed), 81)
+        for straight in (text, placed, seed):  # no dispatcher, no stand-in engine class
             for absent in ("def initialize", "class PlainEngine", "def check("):
                 self.assertNotIn(absent, straight)
         # What produced it, in its header.
@@ -144,7 +148,8 @@ class ReproScript(unittest.TestCase):
         scripts = [self.write(s, goal) for s, goal in zip(SCENARIOS, kinds)]
         scripts += [self.write(os.path.join(support.FIXTURES, *where), goal) for where, goal in (
             (("bisect", "user_id.json"), target("I1", attribute="id", op_index=0)),
-            (("repro", "one_op_placement.json"), target("I2", op_index=0)))]  # straight-line
+            (("repro", "one_op_placement.json"), target("I2", op_index=0)),
+            (("repro", "seed_bug_shrunk.json"), target("I1", attribute="id", op_index=0)))]
         # One interpreter runs them all, each as `python3 SCRIPT --plain` would (as __main__,
         # fresh globals): torch's import is most of a run's time.
         batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
