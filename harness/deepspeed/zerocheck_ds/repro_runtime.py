@@ -159,15 +159,6 @@ def check_owner_by_map(op_index):
                  f"(placement map) became None ({why})", once=("I2", path))
 
 
-def holder(**children):
-    """A module holding `children` under their names, without a forward: a node's stand-in where
-    no forward runs (an engine sees the same modules, names and parameters)."""
-    module = torch.nn.Module()
-    for name, child in children.items():
-        module.add_module(name, child)
-    return module
-
-
 def plain_initialize(model, optimizer, config):
     """Stands in for deepspeed.initialize under --plain: the engine is the user's model itself."""
     return model, optimizer, None, None

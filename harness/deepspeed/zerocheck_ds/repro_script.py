@@ -697,10 +697,12 @@ def _constructor(plan, node):
     if not plan.runs_forward and node.kind in ("Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
         return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
+    # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same
+    # names (an engine sees the same modules and parameters; no route-taking classes).
     if not plan.runs_forward and node.kind == "Expert":
-        return "holder(linear=nn.Linear(FEATURES, FEATURES))"
+        return "nn.ModuleDict({'linear': nn.Linear(FEATURES, FEATURES)})"
     if not plan.runs_forward and node.kind == "MoE":
-        return f"holder(experts=nn.ModuleList({children}))"
+        return f"nn.ModuleDict({{'experts': nn.ModuleList({children})}})"
     return schema.every("node_kinds", {
         "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
         "LayerNorm": "nn.LayerNorm(FEATURES)",
