@@ -390,19 +390,22 @@ def _engine(plan):
     """The engine section: DeepSpeed, or the pass-through stand-in with only the methods the
     operations call (and the refusal only when the scenario initializes more than once)."""
     methods = {"__init__": True, "__call__": plan.runs_forward,
-               "backward": "backward" in plan.ops_used, "step": "step" in plan.ops_used,
-               "zero_grad": "zero_grad" in plan.ops_used, "destroy": "release" in plan.ops_used}
+               **{method: op in plan.ops_used for method, op in _METHOD_OPS.items()}}
     plain = "\n\n".join(_PLAIN_METHODS[m] for m, wanted in methods.items() if wanted)
     refusal = _PLAIN_REFUSAL if plan.initializes > 1 else ""
     return _ENGINE.format(plain_methods=plain.rstrip("\n"), refusal=refusal.rstrip("\n"))
 
+
+# The pass-through engine's methods named like operations, and the operation that calls each.
+_METHOD_OPS = schema.some("ops", {"backward": "backward", "step": "step", "zero_grad": "zero_grad",
+                                  "destroy": "release"})
 
 _PLAIN_METHODS = {
     "__init__": """        def __init__(self, module, optimizer, registry):
             self.module, self.optimizer, self._registry = module, optimizer, registry""",
     "__call__": """        def __call__(self, *inputs):
             return self.module(*inputs)""",
-    "backward": """        def backward(self, loss):
+    **schema.some("ops", {"backward": """        def backward(self, loss):
             loss.backward()""",
     "step": """        def step(self):
             if self.optimizer is not None:
@@ -414,6 +417,7 @@ _PLAIN_METHODS = {
                 self.module.zero_grad()""",
     "destroy": """        def destroy(self):
             self._registry[:] = [e for e in self._registry if e is not self]""",
+    }),
 }
 
 _PLAIN_REFUSAL = """
@@ -694,7 +698,7 @@ def _operation_helpers(plan):
 
 def _constructor(plan, node):
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
-    if not plan.runs_forward and node.kind in ("Sequential", "ModuleList"):
+    if not plan.runs_forward and node.kind in schema.some("node_kinds", "Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
         return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
     # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same

@@ -21,7 +21,7 @@ from .repro_script import (_OWNER_CHECKS, _build, _comment, _copied, _header, _m
                            _verdict, _without_unused, _write_block)
 
 _OPS = schema.some("ops", "initialize", "set_attr", "del_attr")
-_INVARIANTS = ("I1", "I2", "op")
+_INVARIANTS = schema.some("invariants", "I1", "I2") + ("op",)
 
 
 def fits(plan, target):
