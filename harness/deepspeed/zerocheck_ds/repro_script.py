@@ -733,7 +733,7 @@ def _build(plan, checks=("check",)):
     lines += ["",
               "# The user's attributes, and what the user expects to read back: user_attrs[module "
               "path,", "# parameter name or \"\", attribute name]."]
-    lines.append("user_attrs = {}")
+    writes = []  # (setattr source, user_attrs key, the value's source, the value)
     for index in sorted(built.nodes):
         node, module = s.tree[index], built.nodes[index]
         owners = [("", module, ObjectKey(built.path_of(module), ""), node.attrs)]
@@ -748,8 +748,15 @@ def _build(plan, checks=("check",)):
                 if reason:
                     lines.append(_comment(f"skipped {write}: {reason}"))
                     continue
-                lines += [write, f"user_attrs[{_key_source(key)}, {entry.name!r}] = "
-                                 f"{_value_source(entry.value)}"]
+                writes.append((write, (key.module, key.param, entry.name),
+                               _value_source(entry.value), entry.value))
+    lines += [write for write, _, _, _ in writes]
+    if any(isinstance(value, (TensorLiteral, tuple)) for _, _, _, value in writes):
+        # A fresh object each: the user's own tensor or list may be changed in place.
+        lines += ["user_attrs = {}"] + [f"user_attrs[{key!r}] = {source}"
+                                        for _, key, source, _ in writes]
+    else:
+        lines.append(_dict_source({key: source for _, key, source, _ in writes}, "user_attrs"))
     if all(p.requires_grad for p in built.root.parameters()) and plan.initializes:
         lines.append(f"user_optimizer = {_optimizer_source(s, 'model.parameters()')}")
     elif any(p.requires_grad for p in built.root.parameters()):
