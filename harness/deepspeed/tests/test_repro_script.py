@@ -203,6 +203,45 @@ class ReproScript(unittest.TestCase):
         self.assertIn("REPRODUCED test I5: expected refused, got accepted (op 5: a repeated "
                       "initialize was accepted", runs["experts_attr_mod"].stdout)
 
+    def test_straight_line_scripts_find_on_the_stub_what_the_replay_finds(self):
+        # The straight-line fixtures with `ds_id` (what the stub numbers), and a user's write
+        # after the initialize that the stub leaves alone.
+        scenarios, goals = [], {}
+        for name, invariant in (("seed_bug_shrunk", "I1"), ("one_op_placement", "I2")):
+            with open(os.path.join(support.FIXTURES, "repro", f"{name}.json"),
+                      encoding="utf-8") as f:
+                scenario = json.loads(f.read().replace('"id"', '"ds_id"'))
+            if name == "seed_bug_shrunk":
+                scenario["ops"].append({"op": "set_attr", "module": "", "name": "tag",
+                                        "value": "mine"})
+            scenarios.append(os.path.join(self.dir, f"{name}.json"))
+            with open(scenarios[-1], "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            goals[name] = target(invariant, attribute="ds_id" if invariant == "I1" else None,
+                                 op_index=0)
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", *scenarios, "--out", out, "--adapter",
+                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        scripts = [self.write(path, goals[name_of(path)]) for path in scenarios]
+        for path, script, run in zip(scenarios, scripts, self.run_scripts(
+                scripts, extra_paths=[support.STUB_DEEPSPEED])):
+            with self.subTest(name_of(path)):
+                with open(script, encoding="utf-8") as f:
+                    self.assertNotIn("def initialize", f.read())  # the straight-line form
+                goal = goals[name_of(path)]
+                with open(os.path.join(out, f"{name_of(path)}.verdict.json"),
+                          encoding="utf-8") as f:
+                    findings = [f for f in json.load(f)["findings"]
+                                if f["invariant"] == goal["invariant"]]  # its only check
+                self.assertTrue(findings)
+                found = collections.Counter((inv, int(op) if op else None)
+                                            for inv, op in FAILED_LINE.findall(run.stdout))
+                self.assertEqual(found, collections.Counter((f["invariant"], f["op_index"])
+                                                            for f in findings), run.stdout)
+                self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+                self.assertIn("REPRODUCED " + goal["signature"], run.stdout)
+
     def test_an_operation_raising_is_reproduced_with_its_exception(self):
         goal = target("op", exception_type="RuntimeError")
         run, = self.run_scripts([self.write(SCENARIOS[-1], goal)],
