@@ -58,7 +58,8 @@ class Checks(unittest.TestCase):
         self.assertIn("FAILED I1 at op 3: module '0' attribute 'id': expected 5, got 7",
                       self.run_check(rt.check_user_attrs))
         self.assertEqual(self.run_check(rt.check_user_attrs), "")  # reported once
-        self.assertEqual([f[:5] for f in rt.failures], [("I1", 3, "id", "5", "7")])
+        self.assertEqual(rt.failures, [("I1", "id", "5", "7",
+                                        "op 3: module '0' attribute 'id': expected 5, got 7")])
 
     def test_owner_by_attr_follows_the_users_value(self):
         rt.model[0].id = 5
@@ -69,11 +70,51 @@ class Checks(unittest.TestCase):
         self.assertIn("owner rank 1 (user's id=5) became 0", self.run_check(rt.check_owner_by_attr))
 
 
+class Verdict(unittest.TestCase):
+    def setUp(self):
+        rt.failures.clear()
+        rt._reported.clear()
+        rt.SIGNATURE = "sig"
+        self.addCleanup(setattr, rt, "SIGNATURE", "")
+        with contextlib.redirect_stdout(io.StringIO()):
+            rt.fail("op", 1, None, "no exception", "KeyError", "step raised KeyError: 'x'")
+            rt.fail("I1", 2, "id", "5", "1", "module '0' attribute 'id': expected 5, got 1")
+
+    def verdict(self, *target, **fields):
+        with contextlib.redirect_stdout(io.StringIO()) as out, self.assertRaises(SystemExit) as e:
+            rt.verdict(*target, **fields)
+        return e.exception.code, out.getvalue()
+
+    def test_the_first_failure_like_the_target_is_reproduced_with_exit_1(self):
+        self.assertEqual(self.verdict("I1", attribute="id"), (1, "REPRODUCED sig: expected 5, got "
+                         "1 (op 2: module '0' attribute 'id': expected 5, got 1)\n"))
+        self.assertEqual(self.verdict("op", actual="KeyError")[0], 1)
+
+    def test_anything_else_is_not_reproduced_with_exit_0(self):
+        for target, fields in ((("I1",), {"attribute": "ds_id"}), (("op",), {"actual": "Error"}),
+                               (("I2",), {}), (("I1",), {"expected_start": "6"})):
+            self.assertEqual(self.verdict(*target, **fields), (0, "NOT REPRODUCED sig\n"))
+
+
+class Stand_ins(unittest.TestCase):
+    def test_plain_forms_hold_the_rules_for_values_without_tensors_or_lists(self):
+        self.assertFalse(rt.same_plain(1, True))
+        self.assertFalse(rt.same_plain(None, rt.ABSENT))
+        self.assertTrue(rt.same_plain("a", "a"))
+        self.assertEqual(rt.show_plain(torch.zeros(2)),
+                         "Tensor(shape=[2], dtype=torch.float32, device=cpu)")
+        self.assertEqual(rt.show_plain(rt.ABSENT), "<absent>")
+
+    def test_the_plain_engine_is_the_model(self):
+        module = torch.nn.Linear(2, 2)
+        self.assertEqual(rt.plain_initialize(module, "opt", {}), (module, "opt", None, None))
+
+
 class Copier(unittest.TestCase):
     def test_a_function_comes_with_what_it_uses_and_nothing_else(self):
         text = rt.source(["check_user_attrs"])
-        for needed in ("def check_user_attrs", "def same", "def show", "def fail_once",
-                       "def fail(", "def user_object", "class Absent", "ABSENT = ", "ERRORS = "):
+        for needed in ("def check_user_attrs", "def same", "def show", "def fail(", "ABSENT = ",
+                       "ERRORS = "):
             self.assertIn(needed, text)
         for not_needed in ("def check_owner_by_attr", "def op_failed", "def skipped",
                            "model = None", "PREFIX = "):

@@ -99,12 +99,24 @@ class ReproScript(unittest.TestCase):
 
     def test_a_one_operation_script_holds_only_what_it_uses(self):
         # The seed bug's shape: a user's `id` on a Linear, one initialize. Issue 28's budget is
-        # 60 code lines; the generator is at 148 today (387 before repro_runtime.py): this
-        # ceiling is a ratchet, lowered as the runtime moves into repro_runtime.py, never raised.
+        # 60 code lines; the straight-line form is at 76 today (148 with the dispatcher, 387
+        # before repro_runtime.py): these ceilings are a ratchet, lowered, never raised.
         text = repro_script_text(os.path.join(support.FIXTURES, "bisect", "user_id.json"),
                                  target("I1", attribute="id", op_index=0, op="initialize"),
                                  stage=2, produced_on="deepspeed 0.14.5, commit eb07d41f9")
-        self.assertLessEqual(code_lines(text), 148)
+        self.assertLessEqual(code_lines(text), 76)
+        # One initialize of two placed experts (I2): the owner checks come with it.
+        placed = repro_script_text(os.path.join(support.FIXTURES, "repro",
+                                                "one_op_placement.json"),
+                                   target("I2", op_index=0, op="initialize"))
+        self.assertLessEqual(code_lines(placed), 93)
+        # The seed bug as --shrink leaves it on v0.14.5: one Expert with the user's `id` 59.
+        seed = repro_script_text(os.path.join(support.FIXTURES, "repro", "seed_bug_shrunk.json"),
+                                 target("I1", attribute="id", op_index=0, op="initialize"))
+        self.assertLessEqual(code_lines(seed), 75)
+        for straight in (text, placed, seed):  # no dispatcher, no stand-in engine class
+            for absent in ("def initialize", "class PlainEngine", "def check("):
+                self.assertNotIn(absent, straight)
         # What produced it, in its header.
         import torch
         self.assertIn(f"(1 rank(s), 1 operations, ZeRO stage 2), on deepspeed 0.14.5, commit "
@@ -134,6 +146,10 @@ class ReproScript(unittest.TestCase):
         kinds = [target("I1", attribute="id"), target("I2"), target("I5"),
                  target("op", exception_type="RuntimeError"), target("crash")]
         scripts = [self.write(s, goal) for s, goal in zip(SCENARIOS, kinds)]
+        scripts += [self.write(os.path.join(support.FIXTURES, *where), goal) for where, goal in (
+            (("bisect", "user_id.json"), target("I1", attribute="id", op_index=0)),
+            (("repro", "one_op_placement.json"), target("I2", op_index=0)),
+            (("repro", "seed_bug_shrunk.json"), target("I1", attribute="id", op_index=0)))]
         # One interpreter runs them all, each as `python3 SCRIPT --plain` would (as __main__,
         # fresh globals): torch's import is most of a run's time.
         batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
@@ -186,6 +202,45 @@ class ReproScript(unittest.TestCase):
                       "attribute 'ds_id': expected 0, got 3)", runs["ds_id_experts"].stdout)
         self.assertIn("REPRODUCED test I5: expected refused, got accepted (op 5: a repeated "
                       "initialize was accepted", runs["experts_attr_mod"].stdout)
+
+    def test_straight_line_scripts_find_on_the_stub_what_the_replay_finds(self):
+        # The straight-line fixtures with `ds_id` (what the stub numbers), and a user's write
+        # after the initialize that the stub leaves alone.
+        scenarios, goals = [], {}
+        for name, invariant in (("seed_bug_shrunk", "I1"), ("one_op_placement", "I2")):
+            with open(os.path.join(support.FIXTURES, "repro", f"{name}.json"),
+                      encoding="utf-8") as f:
+                scenario = json.loads(f.read().replace('"id"', '"ds_id"'))
+            if name == "seed_bug_shrunk":
+                scenario["ops"].append({"op": "set_attr", "module": "", "name": "tag",
+                                        "value": "mine"})
+            scenarios.append(os.path.join(self.dir, f"{name}.json"))
+            with open(scenarios[-1], "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            goals[name] = target(invariant, attribute="ds_id" if invariant == "I1" else None,
+                                 op_index=0)
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", *scenarios, "--out", out, "--adapter",
+                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        scripts = [self.write(path, goals[name_of(path)]) for path in scenarios]
+        for path, script, run in zip(scenarios, scripts, self.run_scripts(
+                scripts, extra_paths=[support.STUB_DEEPSPEED])):
+            with self.subTest(name_of(path)):
+                with open(script, encoding="utf-8") as f:
+                    self.assertNotIn("def initialize", f.read())  # the straight-line form
+                goal = goals[name_of(path)]
+                with open(os.path.join(out, f"{name_of(path)}.verdict.json"),
+                          encoding="utf-8") as f:
+                    findings = [f for f in json.load(f)["findings"]
+                                if f["invariant"] == goal["invariant"]]  # its only check
+                self.assertTrue(findings)
+                found = collections.Counter((inv, int(op) if op else None)
+                                            for inv, op in FAILED_LINE.findall(run.stdout))
+                self.assertEqual(found, collections.Counter((f["invariant"], f["op_index"])
+                                                            for f in findings), run.stdout)
+                self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+                self.assertIn("REPRODUCED " + goal["signature"], run.stdout)
 
     def test_an_operation_raising_is_reproduced_with_its_exception(self):
         goal = target("op", exception_type="RuntimeError")

@@ -3,16 +3,15 @@
 Each says what was run (DeepSpeed version and commit when the package says, torch, Python, world
 size, ZeRO stage), what was expected and what happened, where in DeepSpeed (provenance.py), how
 to reproduce it (the standalone script inline when --shrink wrote one, else the minimal or
-original scenario and the replay command), the first bad commit when a bisection found it, and
-the upstream issues KNOWN_UPSTREAM.md relates to it.
+original scenario and the replay command), the first bad commit when a bisection found it (else
+the bisect command that finds it, filled in with what is known), and the upstream issues
+KNOWN_UPSTREAM.md relates to it.
 """
 
 import json
 import os
 
 from .verdict import NEW_INVARIANTS
-
-_SCRIPT_LIMIT = 400  # lines inlined; a longer script is linked instead
 
 
 def write_all(summary, out_dir):
@@ -61,9 +60,8 @@ def _reproduce(cause):
             script = f.read()
         lines = [f"Run it (one process per rank): `{minimal['repro_command']}` (it prints REPRODUCED; "
                  f"with `--plain` the same steps run on plain PyTorch and must not reproduce)."]
-        if script.count("\n") > _SCRIPT_LIMIT:
-            return lines + [f"The script: `{minimal['repro']}` ({script.count(chr(10))} lines)."]
-        return lines + ["", "```python", script.rstrip("\n"), "```"]
+        return lines + ["", f"The script (`{minimal['repro']}`):", "", "```python",
+                        script.rstrip("\n"), "```"]
     scenario = (minimal or {}).get("scenario")
     lines = [f"Replay: `{cause['replay_command']}`"]
     if scenario and os.path.exists(scenario):
@@ -72,6 +70,26 @@ def _reproduce(cause):
         lines += ["", f"The minimal scenario (`{scenario}`, format: zerocheck "
                       f"harness/SCENARIO_FORMAT.md):", "", "```json", text, "```"]
     return lines
+
+
+def _first_bad(cause, summary):
+    """The first bad commit when a bisection found it; else the command that finds it, with the
+    revision that showed the finding as --bad and the script as --repro."""
+    if cause.get("first_bad_commit"):
+        return [cause["first_bad_commit"]]
+    script = (cause.get("minimal") or {}).get("repro")
+    if not script:
+        return ["Not bisected, and no standalone script to bisect with (run the suite with "
+                "--shrink to write one)."]
+    v = summary.get("versions") or {}
+    version = str(v.get("engine") or summary.get("adapter_version") or "")
+    bad = v.get("commit") or (f"v{version}" if version[:1].isdigit() else "<a revision that "
+                              "reproduces>")
+    world = ((cause.get("minimal") or {}).get("after") or {}).get("world_size") or 1
+    return ["Not bisected yet. In a DeepSpeed git checkout, with a release that does not reproduce "
+            "as --good (the script must print NOT REPRODUCED there):", "", "```sh",
+            f"zerocheck upstream bisect --repo <DeepSpeed checkout> --good <rev> --bad {bad} "
+            f"--repro {script}" + (f" --world {world}" if world > 1 else ""), "```"]
 
 
 def draft(cause, summary):
@@ -103,9 +121,7 @@ def draft(cause, summary):
             else "the audit saw no write or raise inside the package."))
     lines += ["", "## Reproduce", ""] + _reproduce(cause)
     lines += ["", "## First bad commit", ""]
-    first_bad = cause.get("first_bad_commit")
-    lines.append(first_bad or "Not bisected. With a DeepSpeed git checkout: `zerocheck upstream "
-                              "bisect --repo DIR --good REV --bad REV --repro SCRIPT`.")
+    lines += _first_bad(cause, summary)
     lines += ["", "## Related upstream issues", ""]
     triage = cause.get("triage") or {}
     lines += [f"- [#{i['number']}]({i['url']})" for i in triage.get("issues", [])] or ["None known."]

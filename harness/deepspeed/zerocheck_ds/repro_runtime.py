@@ -11,17 +11,15 @@ only: a script never imports zerocheck_ds.
 
 import ast
 import inspect
+import os
+import socket
 import sys
 
 import torch
 
 
-class Absent:
-    def __repr__(self):
-        return "<absent>"
-
-
-ABSENT = Absent()  # the attribute does not exist (the user deleted it)
+# The attribute does not exist (the user deleted it): a value of its own kind, shown as <absent>.
+ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
 ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
 
 # The script's globals (it defines its own; these let the module import and be tested).
@@ -32,21 +30,17 @@ PLACEMENT_ATTR = None
 OWNERS = {}
 SCENARIO_WORLD_SIZE = 1
 PREFIX = ""
-failures = []  # (invariant, op_index, attribute, expected, actual, text), in the order seen
+SIGNATURE = ""
+failures = []  # (invariant, attribute, expected, actual, "where: text"), in the order seen
 _reported = set()
 
 
-def fail(invariant, op_index, attribute, expected, actual, text):
-    failures.append((invariant, op_index, attribute, expected, actual, text))
-    where = "build/teardown" if op_index is None else f"op {op_index}"
-    print(f"{PREFIX}FAILED {invariant} at {where}: {text}", flush=True)
-
-
-def fail_once(identity, *failure):
-    # A clobbered attribute stays clobbered: report it when it first appears (or changes).
-    if identity not in _reported:
-        _reported.add(identity)
-        fail(*failure)
+def fail(invariant, op_index, attribute, expected, actual, text, once=None):
+    if once is None or once not in _reported:  # a clobbered attribute stays clobbered: report it
+        _reported.add(once)  # when it first appears (or changes), by its identity `once`
+        text = ("build/teardown" if op_index is None else f"op {op_index}") + f": {text}"
+        failures.append((invariant, attribute, expected, actual, text))
+        print(f"{PREFIX}FAILED {invariant} at {text}", flush=True)
 
 
 def op_failed(op_index, op, error):
@@ -65,15 +59,18 @@ def skipped(op_index, why):
 
 def show(value, depth=0):
     """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
-    if isinstance(value, torch.Tensor):
-        if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
-            return f"tensor({value.tolist()}, dtype={value.dtype})"
-        return (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, "
-                f"device={value.device})")
+    if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
+        return f"tensor({value.tolist()}, dtype={value.dtype})"
     if type(value) is list and depth < 8:
         return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
+    return show_plain(value)
+
+
+def show_plain(value):
+    """show() where the user wrote no tensor or list: any other tensor by its shape only."""
     try:
-        text = repr(value)
+        text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
+                f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
     except Exception as e:  # a foreign object's repr may itself fail
         text = f"<repr failed: {type(e).__name__}>"
     return text if len(text) <= 200 else text[:200] + "..."
@@ -81,37 +78,38 @@ def show(value, depth=0):
 
 def same(expected, actual):
     """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor."""
+    if isinstance(expected, torch.Tensor):
+        return (type(actual) is torch.Tensor and actual.dtype == torch.float32 and actual.device.type
+                == "cpu" and actual.shape == expected.shape and torch.equal(actual, expected))
+    if type(expected) is list:
+        return type(actual) is list and len(actual) == len(expected) and all(map(same, expected, actual))
+    return same_plain(expected, actual)
+
+
+def same_plain(expected, actual):
+    """same() for a value that is no tensor or list: ABSENT and None are only themselves."""
     if expected is ABSENT or expected is None:
         return actual is expected
-    if isinstance(expected, torch.Tensor):
-        return (type(actual) is torch.Tensor and actual.dtype == torch.float32
-                and actual.device.type == "cpu" and actual.shape == expected.shape
-                and torch.equal(actual, expected))
-    if type(expected) is list:
-        return (type(actual) is list and len(actual) == len(expected)
-                and all(same(e, a) for e, a in zip(expected, actual)))
     return type(actual) is type(expected) and actual == expected
 
 
-def user_object(path, param):
-    """The module at `path` (or its parameter), reached from the user's own model."""
-    module = model.get_submodule(path)
-    return module.get_parameter(param) if param else module
+def trainable(module):
+    return [p for p in module.parameters() if p.requires_grad]
 
 
 def check_user_attrs(op_index):
-    """I1: every attribute the user wrote (or deleted) still holds the user's last write."""
+    """I1: every attribute the user wrote (or deleted) on the user's own model still holds the
+    user's last write."""
     for (path, param, name), expected in user_attrs.items():
-        where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
         try:
-            actual, trouble = getattr(user_object(path, param), name, ABSENT), ""
+            module = model.get_submodule(path)
+            value = getattr(module.get_parameter(param) if param else module, name, ABSENT)
+            actual = None if same(expected, value) else show(value)
         except ERRORS as e:  # the object is gone, or an engine's descriptor raised on read
-            actual, trouble = ABSENT, f" (reading it raised {type(e).__name__}: {e})"
-        if trouble or not same(expected, actual):
-            fail_once(("I1", path, param, name, show(expected), show(actual)),
-                      "I1", op_index, name, show(expected), show(actual),
-                      f"{where} attribute {name!r}: expected {show(expected)}, "
-                      f"got {show(actual)}{trouble}")
+            actual = f"<reading it raised {type(e).__name__}: {e}>"
+        if actual is not None:
+            fail("I1", op_index, name, show(expected), actual, f"module {path!r}" + (f" parameter {param!r}" if param else "")
+                 + f" attribute {name!r}: expected {show(expected)}, got {actual}", once=(path, param, name, actual))
 
 
 def owner(value):
@@ -141,10 +139,9 @@ def check_owner_by_attr(op_index):
         expected = owner(user_value)
         actual, why = live_owner(path, original)
         if expected != actual:
-            fail_once(("I2", path, expected, actual),
-                      "I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
-                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
-                      f"{show(user_value)}) became {actual} ({why})")
+            fail("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
+                 f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
+                 f"{show(user_value)}) became {actual} ({why})", once=("I2", path, expected, actual))
 
 
 def check_owner_by_map(op_index):
@@ -158,14 +155,43 @@ def check_owner_by_map(op_index):
             live, why = None, f"no module at this path any more: {type(e).__name__}"
         if live is not original:
             expected = f"rank {OWNERS[path]}, the user's module"
-            fail_once(("I2", path), "I2", op_index, None, expected, "None",
-                      f"module {path!r}: owner rank {expected} (placement map) became None "
-                      f"({why})")
+            fail("I2", op_index, None, expected, "None", f"module {path!r}: owner rank {expected} "
+                 f"(placement map) became None ({why})", once=("I2", path))
+
+
+def plain_initialize(model, optimizer, config):
+    """Stands in for deepspeed.initialize under --plain: the engine is the user's model itself."""
+    return model, optimizer, None, None
+
+
+def one_rank_environment():
+    """deepspeed.initialize wants torch.distributed even on one rank: without a launcher's
+    environment it goes looking for MPI. A launcher's values are kept."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                           "MASTER_PORT": str(s.getsockname()[1]), **os.environ})
+
+
+def verdict(invariant, attribute=None, actual=None, expected_start=""):
+    """REPRODUCED (the first failure like the target) and exit 1, else NOT REPRODUCED and exit 0.
+    A target field left None matches anything."""
+    found = [f[2:] for f in failures if f[0] == invariant and attribute in (None, f[1])
+             and actual in (None, f[3]) and f[2].startswith(expected_start)]
+    print(PREFIX + ("REPRODUCED {}: expected {}, got {} ({})".format(SIGNATURE, *found[0]) if found
+                    else f"NOT REPRODUCED {SIGNATURE}"), flush=True)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Skip torch.distributed's teardown at interpreter exit: it aborts (SIGABRT) when the
+        # other rank has already gone, and the exit code must be the verdict's.
+        os._exit(1 if found else 0)
+    sys.exit(1 if found else 0)
 
 
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
-                  "SCENARIO_WORLD_SIZE", "PREFIX"}
+                  "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE"}
+# Where the user's values hold no tensor or list, a script binds these to their _plain forms.
+PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 
 
 def definitions(module):

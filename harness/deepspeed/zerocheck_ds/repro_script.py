@@ -80,6 +80,9 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
     """
     _check_target(target)
     plan = _Plan(load_scenario(scenario_path))
+    from . import repro_straight  # it builds on this module's helpers
+    if repro_straight.fits(plan, target):
+        return repro_straight.text(plan, target, script_name, stage, produced_on)
     # Teardown (engine.destroy() on the engines left) can matter only to a finding it may show
     # (one at no operation), or where engines are released or repeated anyway.
     plan.teardown = plan.initializes and (target.get("op_index") is None or plan.initializes > 1
@@ -141,10 +144,12 @@ def _without_unused(sections):
         text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines))
 
 
-def _copied(title, module, used):
-    """The definitions of `module` that `used` names, and what they need, under a rule; or ""."""
+def _copied(title, module, used, bound=()):
+    """The definitions of `module` that `used` names, and what they need, under a rule; or "".
+    `bound`: names the script defines itself, never copied."""
     wanted = sorted(used & set(repro_runtime.definitions(module)))
-    return _rule(title) + "\n\n" + repro_runtime.source(wanted, module) if wanted else ""
+    return (_rule(title) + "\n\n" + repro_runtime.source(
+        wanted, module, repro_runtime.SCRIPT_GLOBALS | set(bound)) if wanted else "")
 
 
 def code_lines(text):
@@ -385,19 +390,22 @@ def _engine(plan):
     """The engine section: DeepSpeed, or the pass-through stand-in with only the methods the
     operations call (and the refusal only when the scenario initializes more than once)."""
     methods = {"__init__": True, "__call__": plan.runs_forward,
-               "backward": "backward" in plan.ops_used, "step": "step" in plan.ops_used,
-               "zero_grad": "zero_grad" in plan.ops_used, "destroy": "release" in plan.ops_used}
+               **{method: op in plan.ops_used for method, op in _METHOD_OPS.items()}}
     plain = "\n\n".join(_PLAIN_METHODS[m] for m, wanted in methods.items() if wanted)
     refusal = _PLAIN_REFUSAL if plan.initializes > 1 else ""
     return _ENGINE.format(plain_methods=plain.rstrip("\n"), refusal=refusal.rstrip("\n"))
 
+
+# The pass-through engine's methods named like operations, and the operation that calls each.
+_METHOD_OPS = schema.some("ops", {"backward": "backward", "step": "step", "zero_grad": "zero_grad",
+                                  "destroy": "release"})
 
 _PLAIN_METHODS = {
     "__init__": """        def __init__(self, module, optimizer, registry):
             self.module, self.optimizer, self._registry = module, optimizer, registry""",
     "__call__": """        def __call__(self, *inputs):
             return self.module(*inputs)""",
-    "backward": """        def backward(self, loss):
+    **schema.some("ops", {"backward": """        def backward(self, loss):
             loss.backward()""",
     "step": """        def step(self):
             if self.optimizer is not None:
@@ -409,6 +417,7 @@ _PLAIN_METHODS = {
                 self.module.zero_grad()""",
     "destroy": """        def destroy(self):
             self._registry[:] = [e for e in self._registry if e is not self]""",
+    }),
 }
 
 _PLAIN_REFUSAL = """
@@ -474,10 +483,6 @@ live = []  # (engine, target, optimizer) for every initialize a correct engine a
 accepted_repeats = []  # engines from repeated initializes a correct engine would have refused
 loss, loss_engine = None, None  # the pending forward's loss, and the engine that ran it
 backward_since_step = False  # DeepSpeed's step needs a backward since the last one
-
-
-def trainable(module):
-    return [p for p in module.parameters() if p.requires_grad]
 
 
 def root_engine():
@@ -693,9 +698,15 @@ def _operation_helpers(plan):
 
 def _constructor(plan, node):
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
-    if not plan.runs_forward and node.kind in ("Sequential", "ModuleList"):
+    if not plan.runs_forward and node.kind in schema.some("node_kinds", "Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
         return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
+    # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same
+    # names (an engine sees the same modules and parameters; no route-taking classes).
+    if not plan.runs_forward and node.kind == "Expert":
+        return "nn.ModuleDict({'linear': nn.Linear(FEATURES, FEATURES)})"
+    if not plan.runs_forward and node.kind == "MoE":
+        return f"nn.ModuleDict({{'experts': nn.ModuleList({children})}})"
     return schema.every("node_kinds", {
         "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
         "LayerNorm": "nn.LayerNorm(FEATURES)",
@@ -708,22 +719,21 @@ def _constructor(plan, node):
     })[node.kind]
 
 
-def _build(plan):
+def _build(plan, checks=("check",)):
     s, built = plan.scenario, plan.built
     lines = [_rule("the scenario"), "",
              "# The model, one variable per node; a node listed twice is one shared (tied) module."]
     for index in sorted(built.nodes, reverse=True):  # children have larger indices
         node = s.tree[index]
-        lines.append(f"n{index} = {_constructor(plan, node)}")
+        lines.append(f"{'model = ' if index == 0 else ''}n{index} = {_constructor(plan, node)}")
         lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
     lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
-    lines.append("model = n0")
     if plan.runs_forward:
         lines.append("fill_parameters(model, SEED)  # the seeded values of each parameter's path")
     lines += ["",
               "# The user's attributes, and what the user expects to read back: user_attrs[module "
               "path,", "# parameter name or \"\", attribute name]."]
-    lines.append("user_attrs = {}")
+    writes = []  # (setattr source, user_attrs key, the value's source, the value)
     for index in sorted(built.nodes):
         node, module = s.tree[index], built.nodes[index]
         owners = [("", module, ObjectKey(built.path_of(module), ""), node.attrs)]
@@ -738,15 +748,23 @@ def _build(plan):
                 if reason:
                     lines.append(_comment(f"skipped {write}: {reason}"))
                     continue
-                lines += [write, f"user_attrs[{_key_source(key)}, {entry.name!r}] = "
-                                 f"{_value_source(entry.value)}"]
-    if any(p.requires_grad for p in built.root.parameters()):
+                writes.append((write, (key.module, key.param, entry.name),
+                               _value_source(entry.value), entry.value))
+    lines += [write for write, _, _, _ in writes]
+    if any(isinstance(value, (TensorLiteral, tuple)) for _, _, _, value in writes):
+        # A fresh object each: the user's own tensor or list may be changed in place.
+        lines += ["user_attrs = {}"] + [f"user_attrs[{key!r}] = {source}"
+                                        for _, key, source, _ in writes]
+    else:
+        lines.append(_dict_source({key: source for _, key, source, _ in writes}, "user_attrs"))
+    if all(p.requires_grad for p in built.root.parameters()) and plan.initializes:
+        lines.append(f"user_optimizer = {_optimizer_source(s, 'model.parameters()')}")
+    elif any(p.requires_grad for p in built.root.parameters()):
         lines.append(f"user_optimizer = {_optimizer_source(s, 'trainable(model)')}")
     else:
         lines.append("user_optimizer = None  # the model has no trainable parameters")
     lines += _placement_setup(plan)
-    lines += ["", "check(None)"]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + [f"{check}(None)" for check in checks])
 
 
 def _optimizer_source(scenario, params_source):
@@ -759,10 +777,10 @@ def _optimizer_source(scenario, params_source):
 def _placement_setup(plan):
     policy, built = plan.placement, plan.built
     if policy.kind == "attr_mod":
-        lines = ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
-                     f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}", "placed = {"]
-        lines += [f"    {path!r}: {plan.module_source(path)}," for path in built.expert_paths]
-        return lines + ["}"]
+        return ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
+                    f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}",
+                _dict_source({path: plan.module_source(path) for path in built.expert_paths},
+                             "placed")]
     if policy.kind == "map":
         lines = ["", "# I2: the placement map, and the module the user placed at each path."]
         entries = []
@@ -773,9 +791,16 @@ def _placement_setup(plan):
                 lines.append(_comment(f"skipped placement.owners[{path!r}]: no module at path "
                                       f"{path!r}"))
         lines.append("OWNERS = {" + ", ".join(f"{p!r}: {r}" for p, r, _ in entries) + "}")
-        lines += ["placed = {"] + [f"    {p!r}: {v}," for p, _, v in entries] + ["}"]
-        return lines
+        return lines + [_dict_source({p: v for p, _, v in entries}, "placed")]
     return []
+
+
+def _dict_source(sources, name):
+    """`name = {key: source, ...}` on one line where it fits in 100 columns, else one a line."""
+    items = [f"{key!r}: {source}" for key, source in sources.items()]
+    line = f"{name} = {{" + ", ".join(items) + "}"
+    return line if len(line) <= 100 else "\n".join([f"{name} = {{"] + [f"    {i}," for i in items]
+                                                     + ["}"])
 
 
 def _operations(plan):
@@ -862,46 +887,19 @@ def _write_block(plan, i, op):
             "except ERRORS as e:", f"    write_failed({i}, {op.name!r}, e)"]
 
 
-_EXIT = '''
-
-def finish(code):
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # Skip torch.distributed's teardown at interpreter exit: it aborts (SIGABRT) when the
-        # other rank has already gone, and the exit code must be the verdict's.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
-
-'''
-
-
 def _verdict(target):
+    """The verdict: repro_runtime.verdict over the failures seen, or for a crash or hang a line
+    saying every step finished."""
     invariant = target["invariant"]
     if invariant in ("crash", "hang"):
         return (_rule("verdict") + "\n\n"
                 f"# The target is a {invariant}: reaching this line means every step finished.\n"
-                f'print(f"{{PREFIX}}NOT REPRODUCED {{SIGNATURE}}: every step finished")\n'
-                + _EXIT + "finish(0)")
-    conditions = [f"invariant == {invariant!r}"]
+                f"verdict({invariant!r})")
+    arguments = [repr(invariant)]
     if target.get("attribute") is not None:
-        conditions.append(f"attribute == {target['attribute']!r}")
+        arguments.append(f"attribute={target['attribute']!r}")
     if invariant == "op" and target.get("exception_type"):
-        conditions.append(f"actual == {target['exception_type']!r}")
+        arguments.append(f"actual={target['exception_type']!r}")
     if invariant == "I5" and target.get("i5_expected"):  # accepted / wrong error / changed
-        conditions.append(f"expected.startswith({target['i5_expected']!r})")
-    return _rule("verdict") + _EXIT + f'''def is_target(failure):
-    invariant, op_index, attribute, expected, actual, text = failure
-    return {" and ".join(conditions)}
-
-
-matches = [f for f in failures if is_target(f)]
-if matches:
-    _, op_index, _, expected, actual, text = matches[0]
-    where = "build/teardown" if op_index is None else f"op {{op_index}}"
-    print(f"{{PREFIX}}REPRODUCED {{SIGNATURE}}: expected {{expected}}, got {{actual}} ({{where}}: "
-          f"{{text}})")
-    finish(1)
-print(f"{{PREFIX}}NOT REPRODUCED {{SIGNATURE}}")
-finish(0)'''
+        arguments.append(f"expected_start={target['i5_expected']!r}")
+    return _rule("verdict") + "\n\n" + f"verdict({', '.join(arguments)})"
