@@ -9,6 +9,7 @@ plain replay per distinct scenario, so signatures of one scenario share it.
 """
 
 import copy
+import json
 import os
 import time
 
@@ -61,6 +62,5 @@ def confirm_all(supervisor, run):
 
 
 def _world_size(path):
-    import json
     with open(path, encoding="utf-8") as f:
         return json.load(f)["world_size"]
