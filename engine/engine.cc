@@ -419,10 +419,23 @@ int64_t Engine::measured_state_bytes() const {
   return bytes;
 }
 
+namespace {
+
+// Calls `visit(key, parameter)` for every key torch's state_dict lists: it walks the children
+// without de-duplicating, so a module used at several places has its parameters under each.
+void for_each_state_dict_key(const std::string& path, const Module& module,
+                             const std::function<void(const std::string&, const at::Tensor&)>& visit) {
+  for (const auto& [name, tensor] : module.own_parameters()) visit(join_path(path, name), tensor);
+  for (const auto& [name, child] : module.named_zero3_children())
+    for_each_state_dict_key(join_path(path, name), *child, visit);
+}
+
+}  // namespace
+
 std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
   state_->require_live("consolidated_state_dict");
-  std::map<std::string, at::Tensor> out;
   Comm& comm = state_->comm;
+  std::unordered_map<const ManagedParam*, at::Tensor> full_of;
   for (const auto& p : state_->params) {
     at::Tensor full;
     if (p->persistent) {
@@ -439,8 +452,17 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
       comm.all_gather(p->master.detach(), gathered);
       full = gathered.narrow(0, 0, p->layout.numel).view(p->shape).clone();
     }
-    if (comm.rank() == 0) out.emplace(p->path, full);
+    if (comm.rank() == 0) full_of.emplace(p.get(), full);
   }
+  std::map<std::string, at::Tensor> out;
+  if (comm.rank() != 0) return out;
+  if (state_->options.fault == Fault::consolidated_lists_shared_once) {
+    for (const auto& p : state_->params) out.emplace(p->path, full_of.at(p.get()));
+    return out;
+  }
+  for_each_state_dict_key("", *state_->model, [&](const std::string& key, const at::Tensor& tensor) {
+    out.emplace(key, full_of.at(state_->param_by_impl.at(tensor.unsafeGetTensorImpl())));
+  });
   return out;
 }
 

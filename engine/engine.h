@@ -156,7 +156,8 @@ class Engine {
   // gradients and optimizer state.
   int64_t measured_state_bytes() const;
 
-  // Returns the full parameters by path on rank 0 and an empty map elsewhere. Collective.
+  // Returns the full parameters on rank 0 under every key torch's state_dict lists (a module used
+  // at several places, tied weights, under each of them) and an empty map elsewhere. Collective.
   std::map<std::string, at::Tensor> consolidated_state_dict();
   // Writes a checkpoint into `dir`: every rank's shards and optimizer state in a sibling
   // staging directory, rank 0's manifest (checkpoint_manifest.h) last, then an atomic exchange

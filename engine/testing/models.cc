@@ -1,5 +1,6 @@
 #include "engine/testing/models.h"
 
+#include "engine/engine.h"
 #include "engine/errors.h"
 #include "engine/layers.h"
 
@@ -112,6 +113,15 @@ ModelSpec model_spec(const std::string& name) {
 }
 
 std::string model_names() { return "mlp, odd, moe, moe-placed, seed, frozen"; }
+
+double train_step(zero3::Engine& engine, const ModelSpec& spec, uint64_t seed, int64_t step, int rank) {
+  const Batch batch = make_batch(spec, seed, step, rank, 4);
+  at::Tensor loss = training_loss(engine.forward(batch.input, spec.route(step, rank)), batch.target);
+  engine.backward(loss);
+  engine.step();
+  engine.zero_grad();
+  return loss.item<double>();
+}
 
 Batch make_batch(const ModelSpec& spec, uint64_t seed, int64_t step, int rank, int64_t batch_size) {
   at::Generator generator =

@@ -26,6 +26,10 @@
 #include <string>
 #include <vector>
 
+namespace zero3 {
+class Engine;
+}
+
 namespace zerocheck {
 
 struct ModelSpec {
@@ -48,6 +52,10 @@ std::string model_names();
 // Returns rank's micro-batch of `batch_size` samples for `step`: a pure function of its
 // arguments, so the dense twin sees exactly what each rank saw.
 Batch make_batch(const ModelSpec& spec, uint64_t seed, int64_t step, int rank, int64_t batch_size);
+
+// Trains `engine` one step on rank's micro-batch of 4 samples (make_batch with `seed`): forward,
+// backward, step, zero_grad. Returns the loss.
+double train_step(zero3::Engine& engine, const ModelSpec& spec, uint64_t seed, int64_t step, int rank);
 
 // Returns the seed model's experts in order (expert i has attrs().get("id") == i when built).
 std::vector<std::shared_ptr<zero3::Module>> seed_experts(const zero3::Module& seed_model);

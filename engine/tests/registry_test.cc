@@ -27,13 +27,6 @@ constexpr double kLr = 0.05;
 
 EngineOptions options_under_test() { return EngineOptions{zerocheck::fault_under_test()}; }
 
-void train_step(Engine& engine, const ModelSpec& spec, int64_t step, int rank) {
-  const Batch batch = zerocheck::make_batch(spec, 3, step, rank, 4);
-  engine.backward(zerocheck::training_loss(engine.forward(batch.input, spec.route(step, rank)), batch.target));
-  engine.step();
-  engine.zero_grad();
-}
-
 template <class Body>
 void in_world(int world, Body&& body) {
   zerocheck::make_world(world)->run([&](Comm& comm) { body(comm); });
@@ -64,7 +57,7 @@ std::map<std::string, at::Tensor> trained_alone(const ModelSpec& spec, int world
         user = std::make_unique<torch::optim::Adam>(unique_parameters(*model), torch::optim::AdamOptions(kLr));
         engine = initialize(model, *user, all_partitioned(), comm, EngineOptions());
       }
-      train_step(*engine, spec, s, comm.rank());
+      zerocheck::train_step(*engine, spec, 3, s, comm.rank());
     }
     auto consolidated = engine->consolidated_state_dict();
     if (comm.rank() == 0) out = std::move(consolidated);
@@ -106,7 +99,7 @@ TEST(Registry, RejectedInitializeLeavesTheFirstEngineTraining) {
     const AttrDict user_attrs = model->attrs();
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(kLr));
     auto engine = initialize(model, user, all_partitioned(), comm, options_under_test());
-    train_step(*engine, spec, 0, comm.rank());
+    zerocheck::train_step(*engine, spec, 3, 0, comm.rank());
 
     // 1. the same model with a fresh optimizer
     torch::optim::Adam fresh(unique_parameters(*model), torch::optim::AdamOptions(kLr));
@@ -136,8 +129,8 @@ TEST(Registry, RejectedInitializeLeavesTheFirstEngineTraining) {
       }
     }
 
-    train_step(*engine, spec, 1, comm.rank());
-    train_step(*engine, spec, 2, comm.rank());
+    zerocheck::train_step(*engine, spec, 3, 1, comm.rank());
+    zerocheck::train_step(*engine, spec, 3, 2, comm.rank());
     auto consolidated = engine->consolidated_state_dict();
     if (comm.rank() == 0) expect_equal_to(consolidated, expected);
   });
@@ -153,8 +146,8 @@ TEST(Registry, TwoEnginesInOneProcessAreIndependent) {
     auto ea = initialize(a, oa, all_partitioned(), comm, options_under_test());
     auto eb = initialize(b, ob, all_partitioned(), comm, options_under_test());
     for (int64_t s = 0; s < 2; ++s) {
-      train_step(*ea, spec, s, comm.rank());
-      train_step(*eb, spec, s, comm.rank());
+      zerocheck::train_step(*ea, spec, 3, s, comm.rank());
+      zerocheck::train_step(*eb, spec, 3, s, comm.rank());
     }
     auto ca = ea->consolidated_state_dict();
     auto cb = eb->consolidated_state_dict();
@@ -174,14 +167,14 @@ TEST(Registry, WrapReleaseWrapAgainTrainsCorrectly) {
     auto model = spec.build(11);
     torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(kLr));
     auto engine = initialize(model, user, all_partitioned(), comm, options_under_test());
-    train_step(*engine, spec, 0, comm.rank());
-    train_step(*engine, spec, 1, comm.rank());
+    zerocheck::train_step(*engine, spec, 3, 0, comm.rank());
+    zerocheck::train_step(*engine, spec, 3, 1, comm.rank());
     engine->release();
     EXPECT_FALSE(Registry::instance().is_managed(model.get()));
     EXPECT_FALSE(Registry::instance().is_managed(&user));
     auto again = initialize(model, user, all_partitioned(), comm, options_under_test());
-    train_step(*again, spec, 2, comm.rank());
-    train_step(*again, spec, 3, comm.rank());
+    zerocheck::train_step(*again, spec, 3, 2, comm.rank());
+    zerocheck::train_step(*again, spec, 3, 3, comm.rank());
     auto consolidated = again->consolidated_state_dict();
     if (comm.rank() == 0) expect_equal_to(consolidated, expected);
   });

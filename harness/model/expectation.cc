@@ -60,6 +60,12 @@ const ExpectedParam* Expectation::find(const std::string& path) const {
   return nullptr;
 }
 
+const ExpectedParam* Expectation::find_state_dict_key(const std::string& key) const {
+  for (const auto& p : params)
+    if (p.state_dict_keys.count(key)) return &p;
+  return nullptr;
+}
+
 std::vector<const ExpectedParam*> Expectation::own_params(const std::string& module_path) const {
   std::vector<const ExpectedParam*> out;
   for (const auto& p : params)
@@ -121,6 +127,14 @@ std::variant<Expectation, PlacementRefusal> expect(const std::shared_ptr<zero3::
       out.params[it->second].module_paths.insert(path);
     }
   }
+  // Children come after their parent in a scenario's tree, so this walk ends.
+  std::function<void(const std::string&, const zero3::Module&)> list_keys = [&](const std::string& path,
+                                                                               const zero3::Module& module) {
+    for (const auto& [name, tensor] : module.own_parameters())
+      out.params[index_of.at(tensor.unsafeGetTensorImpl())].state_dict_keys.insert(join(path, name));
+    for (const auto& [name, child] : module.named_zero3_children()) list_keys(join(path, name), *child);
+  };
+  list_keys("", *target);
   return out;
 }
 

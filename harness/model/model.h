@@ -75,11 +75,14 @@ struct ExpectedParam {
   bool persistent = false;  // whole on every rank: numel <= threshold and not placed
   int64_t chunk = 0;        // elements per rank when partitioned: ceil(numel / N)
   std::set<std::string> module_paths;  // every module that registers it (tied weights)
+  // Every key a state dict lists it under: torch's state_dict walks children without
+  // de-duplicating, so a module used at several places has its parameters under each.
+  std::set<std::string> state_dict_keys;
   bool partitioned() const { return owner < 0 && !persistent; }
   friend bool operator==(const ExpectedParam& a, const ExpectedParam& b) {
     return a.path == b.path && a.module_path == b.module_path && a.shape == b.shape && a.numel == b.numel &&
            a.trainable == b.trainable && a.owner == b.owner && a.persistent == b.persistent && a.chunk == b.chunk &&
-           a.module_paths == b.module_paths;
+           a.module_paths == b.module_paths && a.state_dict_keys == b.state_dict_keys;
   }
 };
 
@@ -88,6 +91,8 @@ struct Expectation {
   std::vector<ExpectedParam> params;           // in first-appearance order
   std::map<std::string, int> module_owner;     // every module of the target; -1: not placed
   const ExpectedParam* find(const std::string& path) const;
+  // The parameter a state dict lists under `key` (any of its state_dict_keys), or nullptr.
+  const ExpectedParam* find_state_dict_key(const std::string& key) const;
   // The parameters the module at `module_path` registers itself (not its children's).
   std::vector<const ExpectedParam*> own_params(const std::string& module_path) const;
   friend bool operator==(const Expectation& a, const Expectation& b) {

@@ -114,8 +114,9 @@ Result step_counter(int64_t expected_micro_steps, int64_t micro_steps_after, con
 // what this world holds after loading it: every parameter and optimizer state field, bit for bit.
 Result resharded(const std::vector<WholeParam>& here, const std::vector<WholeParam>& there, int from, int to,
                  const std::string& target);
-// I6: the consolidated state dict (rank 0's) holds every parameter of the model, each equal to the
-// dense twin's (as numbers, like I3), and nothing else.
+// I6: the consolidated state dict (rank 0's) holds every key of the model's state dict (a module
+// used at several places under each), each equal to the dense twin's parameter (as numbers, like
+// I3), and nothing else.
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,
                     const model::DenseTwin& twin, const std::string& target);
 

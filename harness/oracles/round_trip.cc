@@ -73,21 +73,23 @@ Result resharded(const std::vector<WholeParam>& here, const std::vector<WholePar
 Result consolidated(const model::Expectation& expected, const std::map<std::string, at::Tensor>& consolidated,
                     const model::DenseTwin& twin, const std::string& target) {
   for (const auto& e : expected.params) {
-    auto it = consolidated.find(e.path);
-    if (it == consolidated.end())
-      return violation("I6", target, e.path, "the dense twin's parameter", "<missing>",
-                       "the consolidated state dict lacks a parameter");
     const at::Tensor dense = twin.param(e.path);
     if (!dense.defined())
       return violation("I6", target, e.path, "a parameter of the dense twin", "<none>", "the dense twin lacks a parameter");
-    if (!same_numbers(it->second, dense))
-      return violation("I6", target, e.path, "the dense twin's values", difference(dense, it->second),
-                       "the consolidated state dict differs from the dense twin");
+    for (const auto& key : e.state_dict_keys) {
+      auto it = consolidated.find(key);
+      if (it == consolidated.end())
+        return violation("I6", target, key, "the dense twin's parameter", "<missing>",
+                         "the consolidated state dict lacks a key of the model's state dict");
+      if (!same_numbers(it->second, dense))
+        return violation("I6", target, key, "the dense twin's values", difference(dense, it->second),
+                         "the consolidated state dict differs from the dense twin");
+    }
   }
-  for (const auto& [path, tensor] : consolidated)
-    if (expected.find(path) == nullptr)
-      return violation("I6", target, path, "<no such parameter>", "in the state dict",
-                       "the consolidated state dict holds a parameter the model does not have");
+  for (const auto& [key, tensor] : consolidated)
+    if (expected.find_state_dict_key(key) == nullptr)
+      return violation("I6", target, key, "<no such key>", "in the state dict",
+                       "the consolidated state dict holds a key the model's state dict does not have");
   return std::nullopt;
 }
 

@@ -57,6 +57,9 @@ TEST(CaughtOnlyByTheSplitOracles, GatheredEditNotPublished) { expect_holds("gath
 // An initialize refused for zero_optimization.stage 4, after the engine has partitioned the
 // model: it must give the model its data back (the later initialize trains it as the twin does).
 TEST(CaughtOnlyByTheSplitOracles, FailedInitializeLeavesState) { expect_holds("failed-initialize-leaves-state"); }
+// A Linear used twice (`Sequential(linear, tanh, linear)`): torch's state_dict lists its weight
+// and bias under 0. and 2.; a consolidation that walks each module once drops the second place.
+TEST(CaughtOnlyByTheSplitOracles, ConsolidatedListsSharedOnce) { expect_holds("consolidated-lists-shared-once"); }
 
 // ---- the model and the oracles by hand --------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """ctest `upstream_suite_deepspeed` (label upstream): the regression suite on a real DeepSpeed.
 
-    upstream_suite_test.py ZEROCHECK PYTHON TREE WORKDIR
+    upstream_suite_test.py ZEROCHECK PYTHON TREE WORKDIR [baseline|survival]
 
-TREE is DeepSpeed's own source (../shared/deepspeed/v0.14.5). Three runs of `zerocheck upstream`
-at world 2, each checked from the files it writes:
+TREE is DeepSpeed's own source (../shared/deepspeed/v0.14.5). Runs of `zerocheck upstream` at
+world 2, each checked from the files it writes, in two parts that ctest runs side by side
+(`upstream_suite_deepspeed`: 1 and 2, `upstream_suite_deepspeed_survival`: 3 to 5; no part given:
+all of them):
   1. the unmodified tree on a fixed-seed export (the seed bug and a zero-size parameter among
      them): every scenario has a verdict; the seed bug shows I1 on `id` and I2; the zero-size
      parameter's failure is reported;
@@ -34,15 +36,32 @@ DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=
                                 "deepspeed/utils/debug.py")]
 
 
+PARTS = ("baseline", "survival")
+
+
 def main():
+    part = sys.argv[5] if len(sys.argv) > 5 else None
+    if part not in PARTS + (None,):
+        print(f"usage: upstream_suite_test.py ZEROCHECK PYTHON TREE WORKDIR [{'|'.join(PARTS)}]; "
+              f"got part {part!r}")
+        return 2
     args = arguments()
     if args is None:
         return SKIP
     zerocheck, python, tree, work = args
     common = ["--python", python, "--world", "2", "--scenario-timeout", "60"]
-
-    # 1. The unmodified tree, on the export plus a user who placed experts by their own `ds_id`.
     scenarios, exported = export(zerocheck, work)
+    if part in ("baseline", None):
+        check_baseline(zerocheck, python, tree, work, common, scenarios, exported)
+    if part in ("survival", None):
+        check_survival(zerocheck, python, tree, work, common, scenarios, exported)
+    print("upstream suite on", tree, f"({part or 'all parts'}): all checks passed")
+    return 0
+
+
+def check_baseline(zerocheck, python, tree, work, common, scenarios, exported):
+    """Parts 1 and 2: the unmodified tree's verdicts, then a patch judged against them."""
+    # 1. The unmodified tree, on the export plus a user who placed experts by their own `ds_id`.
     base = os.path.join(work, "base")
     run(zerocheck, common + ["--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", base],
         expect=1)
@@ -83,6 +102,10 @@ def main():
           "the user's `ds_id` on the experts overwritten: new")
     left = new + [e["signature"] for e in comparison["unchanged"]]
     check(not any("attribute 'id'" in s or "by 'id'" in s for s in left), "no `id` finding left")
+
+
+def check_survival(zerocheck, python, tree, work, common, scenarios, exported):
+    """Parts 3 to 5: crashes and hangs survived, shrinking to scripts, ZeRO stages 1 and 2."""
 
     # 3. A rank that crashes and a scenario that hangs: verdicts for both, and the run goes on.
     chosen = [os.path.join(scenarios[0], f"{n}.json") for n in exported[:3]]
@@ -135,8 +158,6 @@ def main():
               and summary["checks"]["I4"]["checked"] > 0,
               f"stage {stage}: {summary['checks']['I3']['checked']} I3 and "
               f"{summary['checks']['I4']['checked']} I4 checks, no finding")
-    print("upstream suite on", tree, ": all checks passed")
-    return 0
 
 
 if __name__ == "__main__":
