@@ -222,9 +222,10 @@ class DeepSpeedAdapter(Adapter):
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"ds_to_universal ran past {CONVERT_TIMEOUT} s: "
                                f"{' '.join(command)}") from None
-        if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-            raise RuntimeError(f"ds_to_universal exited with {done.returncode}: {tail}")
+        if done.returncode != 0:  # the exception it died of first (the signature's), then how
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise RuntimeError(f"ds_to_universal exited with {done.returncode}: "
+                               f"{lines[-1] if lines else 'no output'}\n" + "\n".join(lines[-8:]))
 
     def universal_config(self, config):
         config = copy.deepcopy(config)
