@@ -85,7 +85,8 @@ class Replay:
     own) is where `save` writes; without it save and load are skipped."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
-                 stage=None, disabled=(), audit=None, checkpoint_dir=None, reshard=False):
+                 stage=None, disabled=(), audit=None, checkpoint_dir=None, reshard=False,
+                 universal=None):
         self.scenario = scenario
         self.adapter = adapter
         self._audit = audit
@@ -109,6 +110,11 @@ class Replay:
             self._config["zero_optimization"]["stage"] = stage
         self._checkpoint_dir = checkpoint_dir
         self._reshard = reshard
+        # The second world of a load into another world (reshard.py): {"tag", "target", "state",
+        # "twin"}, what the saving world saved; its load reads the universal checkpoint.
+        self._universal = universal
+        if universal is not None:
+            self._config = adapter.universal_config(self._config)
         self._saved = {}  # tag (None: the engine's default) -> the saved engine's target path
         self._latest_save = None  # the tag of the last save
         tally = Tally()
@@ -156,6 +162,13 @@ class Replay:
             self._skip(None, "", what, reason)
         self.user_optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,
                                              trainable_parameters(self.root))
+        if self._universal is not None:  # as if this world had made the saving world's save
+            tag, target = self._universal["tag"], self._universal["target"]
+            self._saved[tag], self._latest_save = target, tag
+            if self.checkpoints is not None:
+                self.checkpoints.adopt(tag, self._universal["state"])
+            if self.numerics is not None:
+                self.numerics.adopt(tag, target, self._universal["twin"])
         self._check(None, "build")
 
         handlers = schema.every("ops", {
@@ -464,8 +477,12 @@ class Replay:
         before = None
         if self.checkpoints is not None:  # what the options keep, and what a wrong value may be
             before, _ = self.checkpoints.before_load(live.engine, self.adapter)
-        ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
-            live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
+        if self._universal is not None:
+            ok, _ = self._attempt(index, op.op, lambda: self.adapter.load_universal(
+                live.engine, self._checkpoint_dir, tag))
+        else:
+            ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
+                live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
         if self.checkpoints is not None:
             snapshot = self.checkpoints.snapshot_of(tag)
             if snapshot is None:
@@ -503,7 +520,8 @@ class Replay:
                 try:
                     if resolved is None:
                         raise OSError("no 'latest' file names the checkpoint")
-                    folder = reshard.stage(self._checkpoint_dir, index, resolved, snapshot)
+                    twin = self.numerics.twin_snapshot(tag) if self.numerics else None
+                    folder = reshard.stage(self._checkpoint_dir, index, resolved, snapshot, twin)
                     self.result.reshard.append({"op_index": index, "world_size": op.world_size,
                                                 "target": self._saved[tag], "folder": folder})
                 except OSError as e:

@@ -15,22 +15,23 @@ a universal form, a stage other than 3, a load that keeps the optimizer's own st
 """
 
 import copy
+import dataclasses
 import os
 import shutil
-import traceback
 
 import torch
 
-from . import checkpoints
 from .adapters import UniversalUnsupported
 from .exchange import ExchangeError
-from .tree import build_tree
+from .scenario import Op
 from .verdict import Finding, Tally
 
 # The operation name the second world's findings carry (their signatures say where they come
 # from: "I6 load into another world: exp_avg: ...").
 OP = "load into another world"
 SNAPSHOT = "snapshot.pt"
+# The operations after the load that the second world replays too: training on.
+TRAINING = ("forward", "backward", "step", "zero_grad")
 
 
 def folder_of(checkpoint_dir, op_index):
@@ -49,15 +50,16 @@ def resolve_tag(checkpoint_dir, tag):
         return None
 
 
-def stage(checkpoint_dir, op_index, tag, snapshot):
+def stage(checkpoint_dir, op_index, tag, snapshot, twin=None):
     """Rank 0 of the saving world, at the load: copies the checkpoint the load reads (later saves
-    may overwrite it) and the saved state; returns the folder, or raises OSError."""
+    may overwrite it), the saved state and the dense twin's checkpoint of the same save (None:
+    the twin did not follow); returns the folder, or raises OSError."""
     folder = folder_of(checkpoint_dir, op_index)
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(os.path.join(checkpoint_dir, tag), os.path.join(folder, "saved", tag))
     with open(os.path.join(folder, "saved", "latest"), "w", encoding="utf-8") as f:
         f.write(tag)
-    torch.save({"tag": tag, "state": snapshot}, os.path.join(folder, SNAPSHOT))
+    torch.save({"tag": tag, "state": snapshot, "twin": twin}, os.path.join(folder, SNAPSHOT))
     return folder
 
 
@@ -67,7 +69,8 @@ class Resume:
     `request`: {"op_index", "world_size", "target", "folder"} as the saving world recorded it.
     run() returns a replay.ReplayResult whose findings carry op OP at the load's index."""
 
-    def __init__(self, scenario, adapter, rank, world_size, exchange, request, stage_override=None):
+    def __init__(self, scenario, adapter, rank, world_size, exchange, request, stage_override=None,
+                 disabled=(), audit=None):
         self.scenario = scenario
         self.adapter = adapter
         self.rank = rank
@@ -76,11 +79,12 @@ class Resume:
         self.request = request
         self.index = request["op_index"]
         self._stage = stage_override
+        self._disabled = tuple(disabled)
+        self._audit = audit
         self.tally = Tally()
-        self.checks = checkpoints.CheckpointChecks(rank, world_size, exchange, self.tally)
 
     def run(self):
-        from .replay import ReplayResult, make_optimizer, trainable_parameters
+        from .replay import ReplayResult
 
         result = ReplayResult()
         folder = self.request["folder"]
@@ -120,42 +124,47 @@ class Resume:
                 "the conversion", verdict["failure"],
                 message=f"converting the checkpoint {tag!r} for a world of {self.world_size} "
                         f"failed: {verdict['failure']}")])
-        built = build_tree(self.scenario)
-        target = built.root.get_submodule(self.request["target"])
-        optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,
-                                   trainable_parameters(target))
-        findings = []
-        engine = None
-        try:
-            engine = self.adapter.initialize(target, optimizer,
-                                             self.adapter.universal_config(config))
-            self.adapter.load_universal(engine, os.path.join(folder, "universal"), tag)
-        except Exception as e:  # noqa: BLE001 - every rank still reads (the checks' collectives)
-            findings.append(self._finding(
-                "initialize" if engine is None else "load", f"{type(e).__name__}: {e}",
-                message=f"{'initialize' if engine is None else 'load_checkpoint'} in a world of "
-                        f"{self.world_size} raised {type(e).__name__}: {e}",
-                trace=traceback.format_exc()))
-        if engine is None:  # nothing to compare; every rank still makes the reading's collectives
-            self.checks.before_load(None, self.adapter)
-            self.tally.skip("I6", f"a load into a world of {self.world_size}: initialize raised")
-        else:
-            findings += self.checks.loaded(self.index, OP, saved["state"], engine, self.adapter)
-        for f in findings:
-            if f.invariant == "I6":
-                f.message = f"in a world of {self.world_size} ranks: {f.message}"
-        if engine is not None:
-            self.tally.skip("I3", f"training on after a load into a world of {self.world_size}: "
-                                  f"the dense twin does not follow into the second world")
-            try:
-                self.adapter.release(engine)
-            except Exception:  # noqa: BLE001 - the world is left anyway
-                pass
-        return self._finish(result, findings)
+        return self._replay(config, tag, saved)
 
-    def _finding(self, what, exception, message=None, trace=None):
+    def _replay(self, config, tag, saved):
+        """The resumption as the user runs it, replayed (replay.py, every invariant): initialize
+        the saved target with a fresh optimizer and the universal config, load, then the
+        scenario's training operations after the load. The replay starts from what the saving
+        world saved (I6's snapshot, the twin's own checkpoint); its findings and skips are
+        renamed to the saving scenario's operations."""
+        from .replay import Replay
+
+        after = []
+        for index, op in enumerate(self.scenario.ops[self.index + 1:], self.index + 1):
+            if op.op not in TRAINING:
+                break
+            after.append((index, op))
+        ops = [Op("initialize", optimizer="fresh", target=self.request["target"]),
+               Op("load", tag=tag)] + [op for _, op in after]
+        resumed = dataclasses.replace(self.scenario, world_size=self.world_size, ops=ops,
+                                      config=config)
+        result = Replay(resumed, self.adapter, self.rank, self.world_size,
+                        exchange=self._exchange, stage=self._stage, disabled=self._disabled,
+                        audit=self._audit, checkpoint_dir=os.path.join(self.request["folder"],
+                                                                       "universal"),
+                        universal={"tag": tag, "target": self.request["target"],
+                                   "state": saved["state"], "twin": saved.get("twin")}).run()
+        where = {0: (self.index, OP), 1: (self.index, OP)}
+        where.update({i: (index, f"{op.op} after a load into another world")
+                      for i, (index, op) in enumerate(after, 2)})
+        for f in result.findings:
+            derived = f"op {f.op_index} ({ops[f.op_index].op})" if f.op_index is not None else None
+            f.op_index, f.op = where.get(f.op_index, (self.index, OP))
+            if derived is not None:
+                f.message = f.message.replace(derived, f"op {f.op_index} ({f.op})")
+            f.message = f"in a world of {self.world_size} ranks: {f.message}"
+        for entry in result.skipped:
+            entry["op_index"], entry["op"] = where.get(entry["op_index"], (self.index, OP))
+        return result
+
+    def _finding(self, what, exception, message=None):
         return Finding(invariant="op", op_index=self.index, op=OP, expected="no exception",
-                       actual=what, exception=trace or exception,
+                       actual=what, exception=exception,
                        message=message or f"{what} in a world of {self.world_size}: {exception}")
 
     def _finish(self, result, findings):

@@ -148,7 +148,8 @@ def main(argv):
                 from .reshard import OP, Resume
                 replies.send(at=name, op_index=job["resume"]["op_index"], op=OP)
                 result = Resume(scenario, adapter, world.rank, world.world_size, exchange,
-                                job["resume"], stage_override=args.stage).run()
+                                job["resume"], stage_override=args.stage,
+                                disabled=job.get("disable", disabled), audit=audit).run()
             else:
                 result = Replay(scenario, adapter, world.rank, world.world_size,
                                 observer=_observer(replies, name, planted), exchange=exchange,
