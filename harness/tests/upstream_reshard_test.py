@@ -16,7 +16,8 @@ the files it writes:
      step) holds bit for bit; SGD with momentum cannot be converted (ds_to_universal knows
      Adam's state names only, #8608), and every root cause but the planted fault's is triaged
      in KNOWN_UPSTREAM.md;
-  3. planted: the same scenario is caught by I6 in the second world, naming a field;
+  3. planted: the same scenario is caught by I6 in the second world, naming a field (training
+     on there is I3's, against the twin resumed from its own checkpoint of the same save);
   4. time per reshard (conversion included) and disk, printed.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """

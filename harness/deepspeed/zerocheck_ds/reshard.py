@@ -1,14 +1,16 @@
 """A `load` with `world_size` M, resumed in a second world of M ranks (`--reshard`).
 
-The saving world (replay.py) hands over, at the load, a copy of the checkpoint it loads and the
-state it saved, assembled whole (`stage`: rank 0 writes RESHARD/saved/TAG, RESHARD/latest and
-RESHARD/snapshot.pt). The supervisor then sends the scenario to a pool of M ranks with that
-folder (`Resume`): rank 0 converts the checkpoint into the engine's world-size-free form
-(DeepSpeed: its `ds_to_universal` converter, adapter.universal), every rank builds the tree
-afresh, initializes the same target with a fresh optimizer of the scenario's kind and a config
-that loads that form, and loads it. I6: every parameter, fp32 master and optimizer state field,
-assembled from the M ranks' partitions with plain torch.distributed, must equal what the saving
-world saved (the snapshot), bit for bit: re-partitioned for M, nothing lost or moved.
+The saving world (replay.py) hands over, at the load, a copy of the checkpoint it loads, the
+state it saved, assembled whole, and the dense twin's checkpoint of the same save (`stage`: rank
+0 writes RESHARD/saved/TAG, RESHARD/saved/latest and RESHARD/snapshot.pt). The supervisor then
+sends the scenario to a pool of M ranks with that folder (`Resume`): rank 0 converts the
+checkpoint into the engine's world-size-free form (DeepSpeed: its `ds_to_universal` converter,
+adapter.universal), and the M ranks replay the resumption through the replay itself: initialize
+the saved target with a fresh optimizer and a config that loads that form, load it, then the
+scenario's training operations after the load. I6: every parameter, fp32 master and optimizer
+state field, assembled from the M ranks' partitions with plain torch.distributed, equals what
+the saving world saved, bit for bit (re-partitioned for M, nothing lost or moved); I3, I4 and I9
+as in any replay, the twin resumed from its own checkpoint of that save.
 
 What the second world cannot check is "not checked" under I6 with the reason (an engine without
 a universal form, a stage other than 3, a load that keeps the optimizer's own state).
@@ -67,7 +69,9 @@ class Resume:
     """The second world's half of one load with `world_size`, on this rank.
 
     `request`: {"op_index", "world_size", "target", "folder"} as the saving world recorded it.
-    run() returns a replay.ReplayResult whose findings carry op OP at the load's index."""
+    run() returns a replay.ReplayResult whose findings carry the saving scenario's operation
+    indices: OP at the load's, "<op> after a load into another world" at the training
+    operations after it."""
 
     def __init__(self, scenario, adapter, rank, world_size, exchange, request, stage_override=None,
                  disabled=(), audit=None):
