@@ -23,6 +23,7 @@ import shutil
 
 import torch
 
+from . import schema
 from .adapters import UniversalUnsupported
 from .exchange import ExchangeError
 from .scenario import Op
@@ -33,7 +34,7 @@ from .verdict import Finding, Tally
 OP = "load into another world"
 SNAPSHOT = "snapshot.pt"
 # The operations after the load that the second world replays too: training on.
-TRAINING = ("forward", "backward", "step", "zero_grad")
+TRAINING = schema.some("ops", "forward", "backward", "step", "zero_grad")
 
 
 def folder_of(checkpoint_dir, op_index):
