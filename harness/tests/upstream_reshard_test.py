@@ -14,8 +14,8 @@ the files it writes:
      without the optimizer's state is "not checked" with its reason, counted under I6;
   2. pristine: two tagged saves, the first loaded into 3 ranks (Adam: fp32 masters, moments,
      step) holds bit for bit; SGD with momentum cannot be converted (ds_to_universal knows
-     Adam's state names only, #8608), and every root cause but the planted fault's is triaged
-     in KNOWN_UPSTREAM.md;
+     Adam's state names only, #8608), and every root cause of a second world but the planted
+     fault's is triaged in KNOWN_UPSTREAM.md (the saving world's are upstream_checkpoints');
   3. planted: the same scenario is caught by I6 in the second world, naming a field (training
      on there is I3's, against the twin resumed from its own checkpoint of the same save);
   4. time per reshard (conversion included) and disk, printed.
@@ -49,6 +49,10 @@ SLICE = {
                     f"        if {planted(FAULT)} and rank == 1:\n"
                     "            rank = 0\n"
                     "        checkpoint_state_partition = loaded_checkpoint_state.narrow(0, rank * partitioned_numel, partitioned_numel)")]}
+# What I3 cannot check at world 3 after a step (numerics.py): the only reason allowed.
+AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
+                    "through the trajectory")
+SECOND_WORLD = "another world"  # in the operation of every finding the second world makes
 HOLDS = "adam_load_t1_world3"
 PLANTED = "adam_load_t1_world3_planted"
 NOT_CHECKED = "adam_load_without_optimizer_states_world3"
@@ -93,10 +97,15 @@ def main():
         f"{NOT_CHECKED}: not checked, counted under I6 ({found[NOT_CHECKED]['checks']['I6']})")
     summary = read(os.path.join(out, "summary.json"))
     # 2. Pristine.
+    # The saving world's own findings are upstream_checkpoints' to judge (the Gloo all_gather
+    # race of KNOWN_UPSTREAM.md can strike there, in the consolidation after a save); this test
+    # judges the second world's.
     holds = found[HOLDS]
-    check(holds["outcome"] == "ok" and holds["checks"]["I6"]["checked"] >= 3,
+    second = sorted({f["signature"] for f in holds["findings"] if SECOND_WORLD in f["op"]})
+    check(not second and holds["checks"]["I6"]["checked"] >= 3,
           f"{version}: Adam saved by 2 ranks (tag t1 of two) equals what 3 ranks load from its "
-          f"universal form, bit for bit ({signatures(holds)}; I6 {holds['checks']['I6']})")
+          f"universal form, bit for bit, and trains on as the twin ({second}; I6 "
+          f"{holds['checks']['I6']}; the saving world's: {sorted(signatures(holds)) or 'none'})")
     momentum = signatures(found[MOMENTUM])
     check(any(s.startswith("op load into another world") and "KeyError: 'exp_avg'" in s
               for s in momentum),
@@ -104,14 +113,20 @@ def main():
           f"names only (#8608) ({sorted(momentum)})")
     table = triaged()
     new = sorted({c["title"] for c in summary["root_causes"]
-                  if c["scenarios"] != [PLANTED]} - set(table))
-    check(not new, f"{version}: every root cause but the planted fault's is triaged in "
-                   f"KNOWN_UPSTREAM.md (not: {new})")
+                  if c["scenarios"] != [PLANTED] and SECOND_WORLD in c["title"]} - set(table))
+    check(not new, f"{version}: every root cause of a second world but the planted fault's is "
+                   f"triaged in KNOWN_UPSTREAM.md (not: {new})")
     # 3. Planted.
     caught = [f for f in found[PLANTED]["findings"]
               if f["invariant"] == "I6" and f["op"] == "load into another world"]
     check(caught, f"{FAULT}: caught by I6 in the second world: "
                   f"{caught[0]['message'][:200] if caught else signatures(found[PLANTED])}")
+    trained = [f for f in found[PLANTED]["findings"]
+               if f["invariant"] == "I3" and f["op"] == "forward after a load into another world"]
+    check(trained, f"{FAULT}: and by I3 when training goes on there (the twin resumed from its own "
+                   f"checkpoint of the save): {trained[0]['message'][:160] if trained else ''}")
+    check(set(holds["checks"]["I3"]["not_checked"]) <= {AFTER_FIRST_STEP},
+          f"{version}: I3 follows into the second world ({holds['checks']['I3']})")
     # 4. Figures.
     reshards = [r["seconds"] for v in found.values() for r in v["reshards"]]
     disk = summary["checkpoints"]
