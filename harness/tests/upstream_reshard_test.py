@@ -27,14 +27,15 @@ import subprocess
 import sys
 import time
 
-from upstream_support import (SKIP, Edit, arguments, check, patched_tree, read, signatures,
-                              triaged, verdicts)
+from upstream_support import (SKIP, Edit, arguments, check, fail, patched_tree, read,
+                              signatures, triaged, verdicts)
 from upstream_faults_test import planted, torch_2, version_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios", "upstream_reshard")
 PACKAGE = os.path.join(HERE, os.pardir, "deepspeed")
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
+SUITE_SECONDS = 400  # the ctest's TIMEOUT is 450
 
 FAULT = "universal-slice-at-wrong-offset"
 # Rank 1 of the loading world reads its slice of each universal tensor at rank 0's offset.
@@ -77,7 +78,10 @@ def main():
                "--scenarios", SCENARIOS, "--out", out]
     print("$", " ".join(command), flush=True)
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=SUITE_SECONDS)
+    except subprocess.TimeoutExpired:
+        fail(f"the suite ran past {SUITE_SECONDS} s (about 100 s on a loaded 2-core machine)")
     seconds = time.monotonic() - started
     print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
     check(done.returncode == 1, f"the suite exits 1 (the planted fault): {done.returncode}")
