@@ -81,6 +81,8 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
                    "replay each scenario again with each of I3, I4, I6, I9 off in turn: which scenarios only it catches");
   command.add_flag("--keep-checkpoints", options->keep_checkpoints,
                    "keep each scenario's checkpoints in OUT/checkpoints/<scenario> (default: measured, then removed)");
+  command.add_flag("--reshard", options->reshard,
+                   "resume each load with a world_size on a pool of that many ranks from a universal checkpoint (I6)");
   command.add_option("--out", options->out_dir, "where scenarios, verdicts, logs and report.md go");
   command.add_option("--scenarios", options->scenarios,
                      "replay these scenario files or folders instead of exporting new ones")

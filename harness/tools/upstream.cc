@@ -42,6 +42,7 @@ std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std:
   if (!o.disable.empty()) args.insert(args.end(), {"--disable", o.disable});
   if (o.ablate) args.push_back("--ablate");
   if (o.keep_checkpoints) args.push_back("--keep-checkpoints");
+  if (o.reshard) args.push_back("--reshard");
   if (o.json) args.push_back("--json");
   // Report lines give the command that replays one minimal scenario with these settings.
   args.insert(args.end(), {"--replay-command", fmt::format("{} upstream --python {} --adapter {}", self,

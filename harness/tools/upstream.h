@@ -19,6 +19,7 @@ struct UpstreamOptions {
   std::string disable;                  // of I3, I4, I9: invariants not to check ("I3,I9")
   bool ablate = false;                  // replay again with each of I3, I4, I6, I9 off in turn
   bool keep_checkpoints = false;        // keep OUT/checkpoints/<scenario> (removed by default)
+  bool reshard = false;                 // resume loads with a world_size on a second pool
   std::string out_dir = "zerocheck-out/upstream";
   std::vector<std::string> scenarios;  // given: replay these instead of exporting
   std::string deepspeed_tree;          // a DeepSpeed source tree instead of the installed one

@@ -11,6 +11,7 @@ can fail. The DeepSpeed adapter lives in deepspeed_adapter.py and is imported on
 """
 
 import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,11 @@ class ConfigError(ValueError):
 
 class AlreadyInitialized(RuntimeError):
     """A live engine already manages the model, one of its modules, or the optimizer."""
+
+
+class UniversalUnsupported(Exception):
+    """The engine has no world-size-free checkpoint form here; the message says why (a load into
+    another world is then "not checked" with it)."""
 
 
 class Adapter:
@@ -122,6 +128,23 @@ class Adapter:
         None: the latest; or its live state), on rank 0; {} on the other ranks. Every rank calls
         it (a consolidation may be a collective)."""
         raise NotImplementedError
+
+    # A load into another world (reshard.py): the checkpoint converted to a form any world size
+    # loads, and an engine made to load it.
+
+    def universal(self, source, tag, destination):
+        """Converts the checkpoint `tag` under `source` into `destination`/`tag`, loadable by any
+        world size (one process: rank 0 of the loading world). Raises UniversalUnsupported when
+        this engine has no such form; anything else raised is the conversion's failure."""
+        raise UniversalUnsupported(f"the {self.name} engine has no universal checkpoint")
+
+    def universal_config(self, config):
+        """The config of an engine that loads a universal checkpoint (a copy of `config`)."""
+        return config
+
+    def load_universal(self, engine, directory, tag):
+        """Restores `engine` from the converted checkpoint `tag` under `directory`."""
+        raise UniversalUnsupported(f"the {self.name} engine has no universal checkpoint")
 
     def checkpoint_state(self, engine):
         """Returns what a checkpoint must restore, as held on this rank (I6):
@@ -262,6 +285,19 @@ class PassThroughAdapter(Adapter):
         state = torch.load(os.path.join(directory, tag, f"rank_{rank}.pt"))
         engine.module.load_state_dict(state["module"])
         if optimizer_states and not module_only and engine.optimizer is not None:
+            engine.optimizer.load_state_dict(state["optimizer"])
+
+    # Every rank's checkpoint holds the whole state: rank 0's is already world-size free.
+
+    def universal(self, source, tag, destination):
+        os.makedirs(os.path.join(destination, tag), exist_ok=True)
+        shutil.copyfile(os.path.join(source, tag, "rank_0.pt"),
+                        os.path.join(destination, tag, "universal.pt"))
+
+    def load_universal(self, engine, directory, tag):
+        state = torch.load(os.path.join(directory, tag, "universal.pt"))
+        engine.module.load_state_dict(state["module"])
+        if engine.optimizer is not None:
             engine.optimizer.load_state_dict(state["optimizer"])
 
     def consolidated(self, engine, directory, tag):

@@ -134,6 +134,11 @@ class CheckpointChecks:
             findings += compare_state_dict(index, op, what, expected, state)
         return findings
 
+    def adopt(self, tag, state):
+        """`state` is what the save `tag` wrote (a save another world made: reshard.py)."""
+        self._snapshots[tag] = state
+        self._latest = tag
+
     def snapshot_of(self, tag):
         """The snapshot a load of `tag` (None: the latest) must restore, or None."""
         key = self._latest if tag is None else tag

@@ -18,7 +18,7 @@ import re
 import sys
 
 from . import twin
-from .adapters import Adapter, AdapterUnavailable
+from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 from .engine_state import EngineState, ParamState, StateUnavailable
 from .tree import TakesRoute
 
@@ -32,6 +32,13 @@ def deepspeed_config(config):
     # Master's default is 1.0: clipping rescales by its own norm order, which no twin follows.
     config.setdefault("gradient_clipping", 0.0)
     return config
+
+
+# What a conversion may take (importing DeepSpeed, then a few small files), and the variables of
+# the rank's process group the converter must not see.
+CONVERT_TIMEOUT = 120
+_RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                   "ZEROCHECK_DS_REPLY_FD")
 
 
 # DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so. The repro
@@ -189,6 +196,44 @@ class DeepSpeedAdapter(Adapter):
         if path is None:  # DeepSpeed says so in a log line only; the replay must not miss it
             raise FileNotFoundError(f"load_checkpoint({directory!r}, tag={tag!r}) found no "
                                     f"checkpoint (it returned None)")
+
+    # A load into another world: DeepSpeed's own converter (deepspeed/checkpoint/ds_to_universal.py)
+    # run as its command line is run, in a process of its own: it is a script with a main()
+    # (argument parsing, worker pools of its own), it must not share this rank's state, and
+    # its crash or hang must not take the rank with it. The engine loads the result with
+    # "checkpoint": {"load_universal": true}.
+
+    def universal(self, source, tag, destination):
+        import importlib.util
+        import subprocess
+
+        if importlib.util.find_spec("deepspeed.checkpoint") is None or importlib.util.find_spec(
+                "deepspeed.checkpoint.ds_to_universal") is None:
+            raise UniversalUnsupported(f"DeepSpeed {self.version()} has no "
+                                       f"deepspeed.checkpoint.ds_to_universal")
+        command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                   "--input_folder", os.path.join(source, tag),
+                   "--output_folder", os.path.join(destination, tag),
+                   "--num_extract_workers", "1", "--num_merge_workers", "1"]
+        env = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                  timeout=CONVERT_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"ds_to_universal ran past {CONVERT_TIMEOUT} s: "
+                               f"{' '.join(command)}") from None
+        if done.returncode != 0:  # the exception it died of first (the signature's), then how
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise RuntimeError(f"ds_to_universal exited with {done.returncode}: "
+                               f"{lines[-1] if lines else 'no output'}\n" + "\n".join(lines[-8:]))
+
+    def universal_config(self, config):
+        config = copy.deepcopy(config)
+        config.setdefault("checkpoint", {})["load_universal"] = True
+        return config
+
+    def load_universal(self, engine, directory, tag):
+        self.load(engine, directory, tag)
 
     def consolidated(self, engine, directory, tag):
         """zero_to_fp32's reader of the checkpoint, and (stage 3) the engine's 16-bit consolidated

@@ -124,6 +124,7 @@ class NumericChecks:
         self._after_gathered_edit = False  # a gather published an edit the twin made too
         self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
         self._twin_latest = None
+        self._resumed = False  # the engine resumes another world's run (adopt)
 
     # ---- events from the replay -------------------------------------------------------------
 
@@ -236,6 +237,17 @@ class NumericChecks:
         self._twin_snapshots[tag] = (target_path, self._twin.snapshot() if self._following()
                                      else None)
         self._twin_latest = tag
+
+    def twin_snapshot(self, tag):
+        """The twin's checkpoint of the save `tag` (None: the latest), or None."""
+        return self._twin_snapshots.get(self._twin_latest if tag is None else tag, (None, None))[1]
+
+    def adopt(self, tag, target_path, snapshot):
+        """Another world's save `tag` of the engine over `target_path`, with its twin's checkpoint
+        (None: that twin did not follow): a later load resumes a run that stepped before."""
+        self._twin_snapshots[tag] = (target_path, snapshot)
+        self._twin_latest = tag
+        self._resumed = True
 
     def gathered(self, module_path, modifier_rank, scale):
         """A gather over the module at `module_path` (of the user's model): with a modifier rank
@@ -386,10 +398,11 @@ class NumericChecks:
 
     def _sum_order(self):
         """At world >= 3: "exact" before any optimizer step, "bounded" after the first one of the
-        engine the twin follows, "unchecked" after more (or after one of an earlier engine)."""
+        engine the twin follows, "unchecked" after more (or after one of an earlier engine, or of a
+        run resumed from another world's save: its first step here is not the run's first)."""
         if self.world_size < 3 or self._boundaries == 0:
             return "exact"
-        if self._boundaries == 1 and self._boundaries_before_engine == 0:
+        if self._boundaries == 1 and self._boundaries_before_engine == 0 and not self._resumed:
             return "bounded"
         return "unchecked"
 

@@ -25,8 +25,9 @@ def _where(last_steps):
 
 def outcome_findings(outcome, timeout):
     """Returns the finding dicts (merged over ranks) of one scenario's Outcome."""
-    if outcome.kind == "done":
-        return [asdict(f) for f in merge_ranks([r["findings"] for r in outcome.per_rank])]
+    if outcome.kind == "done":  # and what the second world of a load found (suite --reshard)
+        return ([asdict(f) for f in merge_ranks([r["findings"] for r in outcome.per_rank])]
+                + list(getattr(outcome, "resumed", [])))
     if outcome.kind == "crash":
         step = outcome.last_steps[outcome.rank] if outcome.rank < len(outcome.last_steps) else None
         finding = Finding(

@@ -186,10 +186,11 @@ class RankPool:
         except OSError:
             return ""
 
-    def run(self, name, path, timeout, disable=None, checkpoints=None):
+    def run(self, name, path, timeout, disable=None, checkpoints=None, resume=None):
         """Replays one scenario on every rank (with the invariants `disable` lists switched off
-        instead of the worker's own --disable, its checkpoints in the folder `checkpoints`);
-        returns its Outcome. Starts the ranks if needed."""
+        instead of the worker's own --disable, its checkpoints in the folder `checkpoints`; or,
+        with `resume`, the second world of one of its loads: worker.py); returns its Outcome.
+        Starts the ranks if needed."""
         if not self.running:
             self.start()
         self.scenarios_on_these_ranks += 1
@@ -203,6 +204,8 @@ class RankPool:
                     job["disable"] = list(disable)
                 if checkpoints is not None:
                     job["checkpoints"] = checkpoints
+                if resume is not None:
+                    job["resume"] = resume
                 r.process.stdin.write((json.dumps(job) + "\n").encode())
                 r.process.stdin.flush()
             except BrokenPipeError:
@@ -214,7 +217,8 @@ class RankPool:
                     results[rank] = {"findings": message["findings"],
                                      "skipped": message["skipped"],
                                      "checks": message.get("checks", {}),
-                                     "written": message.get("written", {})}
+                                     "written": message.get("written", {}),
+                                     "reshard": message.get("reshard", [])}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from . import checkpoints, config_errors, numerics, oracles, provenance, schema, seeded
+from . import checkpoints, config_errors, numerics, oracles, provenance, reshard, schema, seeded
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding, Tally
@@ -48,6 +48,9 @@ class ReplayResult:
     # Attribute names the scenario asked the user to write, and those really written (the rest
     # were refused as not representable: `forward`, `weight`, ...): {"modules": {...}, ...}.
     written: dict = field(default_factory=dict)
+    # With --reshard, each load with a world_size this rank handed over (reshard.py):
+    # [{"op_index", "world_size", "target", "folder"}], made by rank 0.
+    reshard: list = field(default_factory=list)
 
 
 # The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++
@@ -82,7 +85,8 @@ class Replay:
     own) is where `save` writes; without it save and load are skipped."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
-                 stage=None, disabled=(), audit=None, checkpoint_dir=None):
+                 stage=None, disabled=(), audit=None, checkpoint_dir=None, reshard=False,
+                 universal=None):
         self.scenario = scenario
         self.adapter = adapter
         self._audit = audit
@@ -105,6 +109,12 @@ class Replay:
         if stage is not None:
             self._config["zero_optimization"]["stage"] = stage
         self._checkpoint_dir = checkpoint_dir
+        self._reshard = reshard
+        # The second world of a load into another world (reshard.py): {"tag", "target", "state",
+        # "twin"}, what the saving world saved; its load reads the universal checkpoint.
+        self._universal = universal
+        if universal is not None:
+            self._config = adapter.universal_config(self._config)
         self._saved = {}  # tag (None: the engine's default) -> the saved engine's target path
         self._latest_save = None  # the tag of the last save
         tally = Tally()
@@ -152,6 +162,13 @@ class Replay:
             self._skip(None, "", what, reason)
         self.user_optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,
                                              trainable_parameters(self.root))
+        if self._universal is not None:  # as if this world had made the saving world's save
+            tag, target = self._universal["tag"], self._universal["target"]
+            self._saved[tag], self._latest_save = target, tag
+            if self.checkpoints is not None:
+                self.checkpoints.adopt(tag, self._universal["state"])
+            if self.numerics is not None:
+                self.numerics.adopt(tag, target, self._universal["twin"])
         self._check(None, "build")
 
         handlers = schema.every("ops", {
@@ -460,8 +477,12 @@ class Replay:
         before = None
         if self.checkpoints is not None:  # what the options keep, and what a wrong value may be
             before, _ = self.checkpoints.before_load(live.engine, self.adapter)
-        ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
-            live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
+        if self._universal is not None:
+            ok, _ = self._attempt(index, op.op, lambda: self.adapter.load_universal(
+                live.engine, self._checkpoint_dir, tag))
+        else:
+            ok, _ = self._attempt(index, op.op, lambda: self.adapter.load(
+                live.engine, self._checkpoint_dir, tag, optimizer_states, module_only))
         if self.checkpoints is not None:
             snapshot = self.checkpoints.snapshot_of(tag)
             if snapshot is None:
@@ -479,7 +500,33 @@ class Replay:
             else:
                 self.numerics.stop("a load raised")
         if op.world_size:
+            self._hand_over(index, op, key, optimizer_states and not module_only)
+
+    def _hand_over(self, index, op, tag, restores_optimizer):
+        """A load with `world_size`: with --reshard, rank 0 stages what the second world loads
+        and must find (reshard.py); otherwise, or when it cannot, "not checked" with why."""
+        snapshot = self.checkpoints.snapshot_of(tag) if self.checkpoints is not None else None
+        if not self._reshard:
             reason = "resharding is checked on demand (--reshard), not in every scenario"
+        elif not restores_optimizer:
+            reason = "a load without the optimizer's state: a fresh optimizer has none to keep"
+        elif snapshot is None:
+            reason = ("I6 is switched off" if self.checkpoints is None
+                      else "the state could not be read at the save")
+        else:
+            reason = None
+            if self.rank == 0:
+                resolved = reshard.resolve_tag(self._checkpoint_dir, tag)
+                try:
+                    if resolved is None:
+                        raise OSError("no 'latest' file names the checkpoint")
+                    twin = self.numerics.twin_snapshot(tag) if self.numerics else None
+                    folder = reshard.stage(self._checkpoint_dir, index, resolved, snapshot, twin)
+                    self.result.reshard.append({"op_index": index, "world_size": op.world_size,
+                                                "target": self._saved[tag], "folder": folder})
+                except OSError as e:
+                    reason = f"the checkpoint could not be handed over: {e}"
+        if reason is not None:
             self._skip(index, op.op, f"load into a world of {op.world_size}", reason)
             self._tally.skip("I6", f"a load into a world of {op.world_size}: {reason}")
 

@@ -76,6 +76,7 @@ class Run:
         a = self.args
         tree = f" --deepspeed-tree {a.deepspeed_tree}" if a.deepspeed_tree else ""
         tree += f" --stage {a.stage}" if a.stage != 3 else ""
+        tree += " --reshard" if getattr(a, "reshard", False) else ""
         if a.replay_command:
             return f"{a.replay_command} --world {a.world}{tree} --scenarios {scenario_file} --out {out}"
         return (f"PYTHONPATH={os.path.dirname(os.path.dirname(os.path.abspath(__file__)))} "

@@ -35,7 +35,7 @@ from . import report
 from .outcomes import checks_of, outcome_findings, raising_steps, skipped_of, verdict, written_of
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
-from .verdict import NEW_INVARIANTS, write_json
+from .verdict import NEW_INVARIANTS, merge_tallies, write_json
 
 PROG = "zerocheck_ds suite"
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_SUITE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -82,6 +82,10 @@ def parse_args(argv):
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each scenario's checkpoints in DIR/checkpoints/<scenario> (default: "
                         "removed once its verdict is written; the size is in the verdict)")
+    p.add_argument("--reshard", action="store_true",
+                   help="resume each load with a world_size on a second pool of that many ranks "
+                        "from the engine's universal checkpoint and check I6 there (default: "
+                        "not checked, counted under I6)")
     p.add_argument("--replay-command", default="", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true",
                    help="print summary.json on stdout, and nothing else there")
@@ -117,6 +121,8 @@ class Supervisor:
             command += ["--stage", str(args.stage)]
         if args.no_audit:
             command.append("--no-audit")
+        if getattr(args, "reshard", False):
+            command.append("--reshard")
         self._command = command
         self.version = None
         self.versions = {}
@@ -160,12 +166,44 @@ class Supervisor:
         os.makedirs(folder)
         try:
             outcome = pool.run(name, path, self._args.scenario_timeout, disable, folder)
+            if outcome.kind == "done" and outcome.per_rank:
+                for request in outcome.per_rank[0].get("reshard", []):
+                    self._resume(outcome, name, path, disable, request)
         finally:
             size = disk_bytes(folder)
             if not self._args.keep_checkpoints:
                 shutil.rmtree(folder, ignore_errors=True)
         outcome.checkpoint_bytes = size
         return outcome
+
+    def _resume(self, outcome, name, path, disable, request):
+        """The second world of one load with a world_size (reshard.py), on a pool of that many
+        ranks; what it finds, skips and counts joins the scenario's `outcome`, and
+        outcome.reshards gets its row ({"op_index", "world_size", "outcome", "seconds"})."""
+        world_size = request["world_size"]
+        pool = self.pool(world_size)
+        if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
+            pool.stop(grace=5)
+        try:
+            resumed = pool.run(f"{name}~world{world_size}", path, self._args.scenario_timeout,
+                               disable, resume=request)
+        except PoolStartError as e:
+            resumed = _start_failure(e)
+        found = outcome_findings(resumed, self._args.scenario_timeout)
+        where = f"in the world of {world_size} ranks resuming op {request['op_index']}"
+        for f in found:
+            if resumed.kind != "done":
+                f["message"] = f"{where}: {f['message']}"
+        outcome.resumed = getattr(outcome, "resumed", []) + found
+        first = outcome.per_rank[0]
+        if resumed.kind == "done":
+            first["checks"] = merge_tallies([first.get("checks", {}),
+                                             resumed.per_rank[0].get("checks", {})])
+            first["skipped"] = first["skipped"] + resumed.per_rank[0]["skipped"]
+        outcome.reshards = getattr(outcome, "reshards", []) + [{
+            "op_index": request["op_index"], "world_size": world_size,
+            "outcome": resumed.kind if resumed.kind != "done" else ("findings" if found else "ok"),
+            "seconds": round(resumed.seconds, 3)}]
 
     def starts(self):
         return sum(p.starts for p in self._pools.values())
@@ -340,6 +378,7 @@ def _replay_all(supervisor, scenarios, run):
                          skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
                          written=written_of(outcome))
         result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
+        result["reshards"] = getattr(outcome, "reshards", [])
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))

@@ -15,7 +15,9 @@ share):
 
 A job is {"name": NAME, "path": SCENARIO} and may carry "disable": [invariants], which replaces
 --disable for that scenario (the suite's --ablate), and "checkpoints": FOLDER, where that
-scenario's saves go (the supervisor makes it empty beforehand and removes it afterwards).
+scenario's saves go (the supervisor makes it empty beforehand and removes it afterwards), or
+"resume": {"op_index", "world_size", "target", "folder"}: the second world of a load with a
+world_size (reshard.py), which `done` of the saving world listed under "reshard" (--reshard).
 
 ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
 survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
@@ -101,6 +103,8 @@ def main(argv):
     parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None)
     parser.add_argument("--disable", default="", help="invariants not to check, e.g. I3,I9")
     parser.add_argument("--collective-timeout", type=float, default=60.0)
+    parser.add_argument("--reshard", action="store_true",
+                        help="hand each load with a world_size over to a second world (reshard.py)")
     parser.add_argument("--no-audit", action="store_true",
                         help="do not audit attribute writes (to measure what the audit costs)")
     args = parser.parse_args(argv)
@@ -140,16 +144,25 @@ def main(argv):
         try:
             scenario = load_scenario(job["path"])
             os.environ[PLANTED_FAULT_VARIABLE] = plants.get(scenario.name, "")
-            result = Replay(scenario, adapter, world.rank, world.world_size,
-                            observer=_observer(replies, name, planted), exchange=exchange,
-                            stage=args.stage, disabled=job.get("disable", disabled),
-                            audit=audit, checkpoint_dir=job.get("checkpoints")).run()
+            if "resume" in job:  # the second world of a load with a world_size
+                from .reshard import OP, Resume
+                replies.send(at=name, op_index=job["resume"]["op_index"], op=OP)
+                result = Resume(scenario, adapter, world.rank, world.world_size, exchange,
+                                job["resume"], stage_override=args.stage,
+                                disabled=job.get("disable", disabled), audit=audit).run()
+            else:
+                result = Replay(scenario, adapter, world.rank, world.world_size,
+                                observer=_observer(replies, name, planted), exchange=exchange,
+                                stage=args.stage, disabled=job.get("disable", disabled),
+                                audit=audit, checkpoint_dir=job.get("checkpoints"),
+                                reshard=args.reshard).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
                 message=f"the replay stopped: {type(e).__name__}: {e}")])
         replies.send(done=name, findings=[vars(f) for f in result.findings],
-                     skipped=result.skipped, checks=result.checks, written=result.written)
+                     skipped=result.skipped, checks=result.checks, written=result.written,
+                     reshard=result.reshard)
         sys.stdout.flush()
         sys.stderr.flush()
     world_module.stop(world)
