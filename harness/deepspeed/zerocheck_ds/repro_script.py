@@ -200,6 +200,7 @@ class _Plan:
         self.names = PristineNames(self.built.root)  # before any write, like the ledger's rule
         self.variable = {id(m): f"n{i}" for i, m in self.built.nodes.items()}
         self.root_takes_route = scenario.tree[0].kind in _CONTAINERS
+        self.features = "FEATURES"  # how the constructors name the width (a number, inlined)
         # Whether any forward runs (an op, or the probe after a repeated initialize): without
         # one, parameter values and the containers' forward never matter, and the script
         # leaves out the seeded values and the route-taking classes.
@@ -697,6 +698,7 @@ def _operation_helpers(plan):
 
 
 def _constructor(plan, node):
+    features = plan.features
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
     if not plan.runs_forward and node.kind in schema.some("node_kinds", "Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
@@ -704,15 +706,15 @@ def _constructor(plan, node):
     # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same
     # names (an engine sees the same modules and parameters; no route-taking classes).
     if not plan.runs_forward and node.kind == "Expert":
-        return "nn.ModuleDict({'linear': nn.Linear(FEATURES, FEATURES)})"
+        return f"nn.ModuleDict({{'linear': nn.Linear({features}, {features})}})"
     if not plan.runs_forward and node.kind == "MoE":
         return f"nn.ModuleDict({{'experts': nn.ModuleList({children})}})"
     return schema.every("node_kinds", {
-        "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
-        "LayerNorm": "nn.LayerNorm(FEATURES)",
+        "Linear": f"nn.Linear({features}, {features}" + ("" if node.bias else ", bias=False") + ")",
+        "LayerNorm": f"nn.LayerNorm({features})",
         "Tanh": "nn.Tanh()",
         "Offset": f"OffsetNode({tuple(node.shape)!r})",
-        "Expert": "ExpertNode(FEATURES)",
+        "Expert": f"ExpertNode({features})",
         "Sequential": f"SequentialNode({children})",
         "ModuleList": f"ModuleListNode({children})",
         "MoE": f"MoENode({children})",
@@ -757,14 +759,20 @@ def _build(plan, checks=("check",)):
                                         for _, key, source, _ in writes]
     else:
         lines.append(_dict_source({key: source for _, key, source, _ in writes}, "user_attrs"))
-    if all(p.requires_grad for p in built.root.parameters()) and plan.initializes:
-        lines.append(f"user_optimizer = {_optimizer_source(s, 'model.parameters()')}")
-    elif any(p.requires_grad for p in built.root.parameters()):
-        lines.append(f"user_optimizer = {_optimizer_source(s, 'trainable(model)')}")
-    else:
-        lines.append("user_optimizer = None  # the model has no trainable parameters")
+    optimizer = _user_optimizer_source(plan)
+    lines.append(f"user_optimizer = {optimizer}" + ("  # the model has no trainable parameters"
+                                                    if optimizer == "None" else ""))
     lines += _placement_setup(plan)
     return "\n".join(lines + [""] + [f"{check}(None)" for check in checks])
+
+
+def _user_optimizer_source(plan):
+    """The source of the user's optimizer over the model's trainable parameters, or "None"."""
+    params = [p.requires_grad for p in plan.built.root.parameters()]
+    if not any(params):
+        return "None"
+    return _optimizer_source(plan.scenario, "model.parameters()" if all(params) and plan.initializes
+                             else "trainable(model)")
 
 
 def _optimizer_source(scenario, params_source):

@@ -17,7 +17,7 @@ from . import repro_runtime, schema, tree
 from .deepspeed_adapter import deepspeed_config
 from .scenario import TensorLiteral
 from .repro_script import (_OWNER_CHECKS, _build, _comment, _copied, _header, _module_source,
-                           _names_used, _optimizer_source, _placement_setup, _rule,
+                           _names_used, _optimizer_source, _user_optimizer_source, _placement_setup, _rule,
                            _verdict, _without_unused, _write_block)
 
 _OPS = schema.some("ops", "initialize", "set_attr", "del_attr")
@@ -33,19 +33,21 @@ def fits(plan, target):
 
 
 def text(plan, target, script_name, stage, produced_on):
+    plan.features = str(plan.scenario.features)  # no forward: only the constructors name it
     # The target's own check (an exception needs none; it keeps both, for what they show).
     checks = ["check_user_attrs"] if target["invariant"] != "I2" else []
     if plan.placement.kind != "none" and target["invariant"] != "I1":
         checks.append(_OWNER_CHECKS[plan.placement.kind])
     # After the build only where the finding may show there (the general form always checks).
     build = _build(plan, checks if target.get("op_index") is None else ())
-    plain = "" if _writes_tensors_or_lists(plan.scenario) else (
-        "# The user's values are no tensors or lists: compared and shown by the plain rules.\n"
-        + ", ".join(repro_runtime.PLAIN_FORMS) + " = " + ", ".join(repro_runtime.PLAIN_FORMS.values()))
-    steps = [_settings(plan, target, stage), plain, _engine(plan),
+    steps = [_settings(plan, target, stage),
              build + "\n\n" + _operations(plan, target, checks), _verdict(target)]
-    used = _names_used("\n".join(steps))
-    bound = repro_runtime.PLAIN_FORMS if plain else ()
+    forms = _forms(plan, target, _names_used("\n".join(steps)))
+    if forms:
+        reasons = dict.fromkeys(_FORM_REASONS[name] for name in forms)  # each once, in order
+        steps.insert(1, "".join(f"# {reason};\n" for reason in reasons)
+                     + ", ".join(forms) + " = " + ", ".join(forms.values()))
+    used, bound = _names_used("\n".join(steps)), forms
     copied = [_copied("the model's classes", tree, used),
               _copied("failures, the checks and the verdict", repro_runtime, used, bound)]
     body = _without_unused(steps[:1] + copied + steps[1:])
@@ -54,16 +56,33 @@ def text(plan, target, script_name, stage, produced_on):
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
+# Why a script binds a general runtime function to its simpler form (repro_runtime's tables).
+_FORM_REASONS = {"same": "the user's values are no tensors or lists: the plain rules compare and show",
+                 "show": "the user's values are no tensors or lists: the plain rules compare and show",
+                 "fail_once": "every check runs once: nothing to report only once"}
+
+
+def _forms(plan, target, used):
+    """name -> its simpler form, for the general runtime functions this script's steps need
+    (directly or through what they call) where the simpler one does the same job here."""
+    forms = {} if _writes_tensors_or_lists(plan.scenario) else dict(repro_runtime.PLAIN_FORMS)
+    if len(plan.scenario.ops) + (target.get("op_index") is None) == 1:
+        forms.update(repro_runtime.ONCE_FORMS)
+    needed = repro_runtime.closure(used & set(repro_runtime.definitions(repro_runtime)))
+    return {name: form for name, form in forms.items() if name in needed}
+
+
 def _settings(plan, target, stage):
     s = plan.scenario
-    config = dict(s.config, **deepspeed_config({}))
+    config = deepspeed_config(s.config)
+    if "gradient_clipping" not in s.config:
+        del config["gradient_clipping"]  # the replay's 0.0 matters to a step, and none runs here
     config["zero_optimization"] = dict(config["zero_optimization"], stage=stage)
     lines = ['if sys.argv[1:] not in ([], ["--plain"]):',
              '    print(f"usage: {sys.argv[0]} [--plain]", file=sys.stderr)',
              "    sys.exit(2)",
              'PLAIN = sys.argv[1:] == ["--plain"]',
-             f"SIGNATURE = {target['signature']!r}",
-             f"FEATURES = {s.features}"]
+             f"SIGNATURE = {target['signature']!r}"]
     if s.world_size > 1:
         lines.append('PREFIX = f"[rank {os.environ.get(\'RANK\', \'0\')}] " '
                      'if os.environ.get("WORLD_SIZE", "1") != "1" else ""')
@@ -75,8 +94,7 @@ def _settings(plan, target, stage):
         lines.append("# train_batch_size is sized for the scenario's world size: run one process "
                      "per rank.")
     lines += [f"# ZeRO stage {stage}" + ("" if stage == 3 else " (the scenario's is 3)")
-              + "; zero_allow_untested_optimizer lets ZeRO take SGD (it changes nothing else);",
-              "# gradient_clipping 0.0: none (master's default is 1.0), as in the replay.",
+              + "; zero_allow_untested_optimizer lets ZeRO take SGD (it changes nothing else).",
               "CONFIG = " + _wrapped(config)]
     return "\n".join(lines)
 
@@ -84,19 +102,11 @@ def _settings(plan, target, stage):
 def _wrapped(value):
     """repr(value) in lines of at most 100 columns, where breaking at spaces keeps it the same
     value (no string holding a space is cut); else one item a line."""
-    text = "\n    ".join(textwrap.wrap(repr(value), width=96, break_long_words=False))
+    text = "\n".join(textwrap.wrap(repr(value), width=100, initial_indent=" " * 9,
+                                       subsequent_indent="    ", break_long_words=False)).lstrip()
     if ast.literal_eval(text) == value:
         return text
     return pprint.pformat(value, width=92, sort_dicts=False).replace("\n", "\n" + " " * 9)
-
-
-def _engine(plan):
-    if not plan.initializes:
-        return ""
-    return "\n".join([_rule("the engine: DeepSpeed, or the model itself under --plain"), "",
-                      "if not PLAIN:", "    import deepspeed", "",
-                      "    one_rank_environment()",
-                      "initialize = plain_initialize if PLAIN else deepspeed.initialize"])
 
 
 def _writes_tensors_or_lists(scenario):
@@ -127,13 +137,17 @@ def _initialize(plan, i, op, invariant):
         return [_comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
                          f"trainable parameters")]
     source = _module_source(op.target)
-    optimizer = ("user_optimizer" if op.optimizer == "same"
+    # The user's optimizer built where it is used, the scenario's only initialize.
+    optimizer = (_user_optimizer_source(plan) if op.optimizer == "same"
                  else _optimizer_source(plan.scenario, f"trainable({source})"))
-    call = f"initialize(model={source}, optimizer={optimizer}, config=CONFIG)"
+    call = f"initialize({source}, {optimizer}, CONFIG)"
+    if len(call) > 100:
+        call = f"initialize({source},\n           {optimizer}, CONFIG)"
     lines = [_comment(f"op {i}: initialize {what} with "
                       + ("the user's optimizer" if op.optimizer == "same" else "a fresh optimizer"))]
     if invariant != "op":
         # Raising is not this finding: the traceback ends the run without a verdict (for a
         # bisection, a commit where the script cannot run).
         return lines + [call]
-    return lines + ["try:", f"    {call}", "except ERRORS as e:", f'    op_failed({i}, "initialize", e)']
+    return lines + ["try:", "    " + call.replace("\n", "\n    "), "except ERRORS as e:",
+                    f'    op_failed({i}, "initialize", e)']
