@@ -181,6 +181,54 @@ class PlainTraining(unittest.TestCase):
         self.assertTrue(module.weight.grad is None or not module.weight.grad.any())
 
 
+class RepeatedInitialize(unittest.TestCase):
+    """I5 as a script checks it, against stand-ins for what DeepSpeed may do on a repeat."""
+
+    def setUp(self):
+        rt.failures.clear()
+        rt.model = torch.nn.Linear(4, 4)
+        self.optimizer = torch.optim.SGD(rt.model.parameters(), lr=0.1)
+        self.engine = rt.PlainEngine(rt.model, self.optimizer)
+        rt.SEED, rt.BATCH, rt.FEATURES = 1, 2, 4
+        self.addCleanup(setattr, rt, "initialize", rt.initialize)
+
+    def repeat(self, initialize, plain=False):
+        rt.initialize, rt.PLAIN = initialize, plain
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rt.repeat_initialize(1, self.engine, rt.model, self.optimizer, "managed",
+                                 [self.optimizer])
+        return [(f[2], f[3]) for f in rt.failures]
+
+    def refuse(self, error):
+        def initialize(*_):
+            raise error
+        return initialize
+
+    def test_a_refusal_that_changes_nothing_holds(self):
+        self.assertEqual(self.repeat(self.refuse(ValueError("model has already been initialized"))), [])
+        self.assertEqual(self.repeat(self.refuse(KeyError("x")), plain=True), [])  # not called
+
+    def test_an_accepted_repeat_or_another_error_is_a_finding(self):
+        self.assertEqual(self.repeat(lambda *_: None), [("refused", "accepted")])
+        rt.failures.clear()
+        self.assertEqual(self.repeat(self.refuse(IndexError("list index out of range"))),
+                         [("an error saying 'already been initialized'", "IndexError")])
+
+    def test_a_change_or_a_broken_forward_is_a_finding(self):
+        def changes(*_):
+            rt.model.ds_id = 3
+            raise RuntimeError("already initialized")
+        self.assertEqual(self.repeat(changes), [("nothing changed", "1 change(s)")])
+        rt.failures.clear()
+
+        def breaks(*_):
+            rt.model.forward = None
+            raise RuntimeError("already initialized")
+        found = self.repeat(breaks)
+        self.assertIn(("forward runs", "raised"), found)
+
+
 class Copier(unittest.TestCase):
     def test_a_function_comes_with_what_it_uses_and_nothing_else(self):
         text = rt.source(["check_user_attrs"])

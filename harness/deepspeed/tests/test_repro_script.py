@@ -117,7 +117,7 @@ class ReproScript(unittest.TestCase):
         placed = repro_script_text(os.path.join(support.FIXTURES, "repro",
                                                 "one_op_placement.json"),
                                    target("I2", op_index=0, op="initialize"))
-        self.assertLessEqual(code_lines(placed), 67)
+        self.assertLessEqual(code_lines(placed), 66)
         for straight in (text, placed, seed):  # no dispatcher, no stand-in engine class
             for absent in ("def initialize(op_index", "class PlainEngine", "def check(",
                            "_reported", "def fail_once"):  # each check runs once
@@ -129,6 +129,33 @@ class ReproScript(unittest.TestCase):
         for absent in ("def fingerprint", "def micro_batch", "def splitmix64", "class RouteCursor",
                        "def check_owner_by", "def backward", "def step", "import re", "import math"):
             self.assertNotIn(absent, text)
+
+    def test_a_five_operation_training_script_is_straight_and_within_the_budget(self):
+        # Initialize, forward, backward, step and a user's write: 123 code lines (297 with the
+        # dispatcher and the stand-in DeepSpeed, 90 of them seeded.py's functions).
+        five = os.path.join(support.FIXTURES, "repro", "five_ops.json")
+        for goal in (target("I1", attribute="ds_id", op_index=4, op="set_attr"),
+                     target("op", exception_type="RuntimeError", op_index=3, op="step")):
+            with self.subTest(goal["invariant"]):
+                text = repro_script_text(five, goal)
+                self.assertLessEqual(code_lines(text), FIVE_OPERATIONS_BUDGET)
+                for absent in ("def initialize(op_index", "class PlainDeepSpeed", "def check(",
+                               "def splitmix64(state)", "class SequentialNode"):
+                    self.assertNotIn(absent, text)
+                self.assertIn("engine.backward(loss)\n", text)
+        # The raising step ends the script: the write after it cannot come first.
+        self.assertIn("# op 4 comes after the finding's operation: left out", text)
+        self.assertNotIn("'ds_id', 3)", text)
+
+    def test_a_repeated_initialize_script_is_straight_and_within_the_budget(self):
+        # Two initializes of the root (I5): 144 code lines (296 in the general form).
+        text = repro_script_text(os.path.join(support.FIXTURES, "repro", "repeat_init.json"),
+                                 target("I5", op_index=1, op="initialize"))
+        self.assertLessEqual(code_lines(text), FIVE_OPERATIONS_BUDGET)
+        for absent in ("def initialize(op_index", "class PlainDeepSpeed", "def check(",
+                       "def refusal_reason"):
+            self.assertNotIn(absent, text)
+        self.assertIn("must be refused\nrepeat_initialize(1, engine, model, user_optimizer,", text)
 
     def test_repeats_are_announced_where_a_correct_engine_refuses_them(self):
         text = repro_script_text(support.good("tied_frozen_values"), target("I5"))
@@ -154,7 +181,11 @@ class ReproScript(unittest.TestCase):
         scripts += [self.write(os.path.join(support.FIXTURES, *where), goal) for where, goal in (
             (("bisect", "user_id.json"), target("I1", attribute="id", op_index=0)),
             (("repro", "one_op_placement.json"), target("I2", op_index=0)),
-            (("repro", "seed_bug_shrunk.json"), target("I1", attribute="id", op_index=0)))]
+            (("repro", "seed_bug_shrunk.json"), target("I1", attribute="id", op_index=0)),
+            (("repro", "five_ops.json"), target("I1", attribute="ds_id", op_index=4)),
+            (("repro", "five_ops.json"), target("op", exception_type="RuntimeError",
+                                                op_index=3)),
+            (("repro", "repeat_init.json"), target("I5", op_index=1)))]
         # One interpreter runs them all, each as `python3 SCRIPT --plain` would (as __main__,
         # fresh globals): torch's import is most of a run's time.
         batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
@@ -212,7 +243,8 @@ class ReproScript(unittest.TestCase):
         # The straight-line fixtures with `ds_id` (what the stub numbers), and a user's write
         # after the initialize that the stub leaves alone.
         scenarios, goals = [], {}
-        for name, invariant in (("seed_bug_shrunk", "I1"), ("one_op_placement", "I2")):
+        for name, invariant in (("seed_bug_shrunk", "I1"), ("one_op_placement", "I2"),
+                                ("five_ops", "I1"), ("repeat_init", "I5")):
             with open(os.path.join(support.FIXTURES, "repro", f"{name}.json"),
                       encoding="utf-8") as f:
                 scenario = json.loads(f.read().replace('"id"', '"ds_id"'))
@@ -222,8 +254,10 @@ class ReproScript(unittest.TestCase):
             scenarios.append(os.path.join(self.dir, f"{name}.json"))
             with open(scenarios[-1], "w", encoding="utf-8") as f:
                 json.dump(scenario, f)
+            # The training script runs to the finding's operation: the last one here.
             goals[name] = target(invariant, attribute="ds_id" if invariant == "I1" else None,
-                                 op_index=0)
+                                 op_index=0 if invariant != "I5" and name != "five_ops"
+                                 else len(scenario["ops"]) - 1)
         out = os.path.join(self.dir, "verdicts")
         replay = support.run_cli(["--scenarios", *scenarios, "--out", out, "--adapter",
                                   "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
@@ -246,6 +280,26 @@ class ReproScript(unittest.TestCase):
                                                             for f in findings), run.stdout)
                 self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
                 self.assertIn("REPRODUCED " + goal["signature"], run.stdout)
+
+    def test_a_training_script_reproduces_a_raising_step_as_the_replay_does(self):
+        five = os.path.join(support.FIXTURES, "repro", "five_ops.json")
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", five, "--out", out, "--adapter", "deepspeed"],
+                                 extra_paths=[support.STUB_DEEPSPEED],
+                                 ZEROCHECK_STUB_DEEPSPEED_FAIL="step")
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        with open(os.path.join(out, "five_ops.verdict.json"), encoding="utf-8") as f:
+            raised = [f for f in json.load(f)["findings"] if f["invariant"] == "op"]
+        self.assertEqual([(f["op_index"], f["actual"]) for f in raised], [(3, "RuntimeError")])
+        script = self.write(five, target("op", exception_type="RuntimeError", op_index=3))
+        run, = self.run_scripts([script], extra_paths=[support.STUB_DEEPSPEED],
+                                ZEROCHECK_STUB_DEEPSPEED_FAIL="step")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn("REPRODUCED test op: expected no exception, got RuntimeError (op 3: step "
+                      "raised RuntimeError: stub deepspeed: step failed on purpose)", run.stdout)
+        run, = self.run_scripts([script], extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual((run.returncode, run.stdout.splitlines()[-1]), (0, "NOT REPRODUCED test op"),
+                         run.stdout + run.stderr)
 
     def test_an_operation_raising_is_reproduced_with_its_exception(self):
         goal = target("op", exception_type="RuntimeError")

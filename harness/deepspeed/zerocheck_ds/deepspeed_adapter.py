@@ -14,10 +14,9 @@ before any scenario runs, and the rest of the package never imports it.
 
 import copy
 import os
-import re
 import sys
 
-from . import twin
+from . import repro_runtime, twin
 from .adapters import Adapter, AdapterUnavailable
 from .engine_state import EngineState, ParamState, StateUnavailable
 from .tree import TakesRoute
@@ -32,12 +31,6 @@ def deepspeed_config(config):
     # Master's default is 1.0: clipping rescales by its own norm order, which no twin follows.
     config.setdefault("gradient_clipping", 0.0)
     return config
-
-
-# DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so. The repro
-# scripts (repro_script.py) embed this same rule.
-REFUSAL_TYPES = (ValueError, RuntimeError)
-REFUSAL_PATTERN = r"already (been )?initiali[sz]ed"
 
 
 class DeepSpeedAdapter(Adapter):
@@ -76,10 +69,8 @@ class DeepSpeedAdapter(Adapter):
 
     def is_refusal(self, exception):
         # DeepSpeed's own refusal, as the guarded deepspeed.initialize proposed upstream raises
-        # it. Anything else raised by a repeated initialize (KeyError, IndexError, ...) is a
-        # crash, not a refusal: counting it as one would hide exactly the bug being hunted.
-        return (isinstance(exception, REFUSAL_TYPES)
-                and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
+        # it; the rule is the repro scripts' (repro_runtime.is_refusal), one for both.
+        return repro_runtime.is_refusal(exception)
 
     def construction(self, config):
         return ZeroInitConstruction(self._deepspeed, deepspeed_config(config))

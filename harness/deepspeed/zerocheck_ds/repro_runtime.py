@@ -10,9 +10,11 @@ only: a script never imports zerocheck_ds.
 """
 
 import ast
+import copy
 import inspect
 import math
 import os
+import re
 import sys
 
 import torch
@@ -33,6 +35,7 @@ PREFIX = ""
 SIGNATURE = ""
 PLAIN = False
 SEED, RANK, BATCH, FEATURES = 0, 0, 1, 1
+CONFIG = {}
 failures = []  # (invariant, attribute, expected, actual, "where: text"), in the order seen
 _reported = set()
 
@@ -143,8 +146,7 @@ def check_owner_by_attr(op_index):
         if expected != actual:
             fail_once("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
                       f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
-                      f"{show(user_value)}) became {actual} ({why})",
-                      once=("I2", path, expected, actual))
+                      f"{show(user_value)}) became {actual} ({why})", once=(path, expected, actual))
 
 
 def check_owner_by_map(op_index):
@@ -228,6 +230,94 @@ def micro_batch(op_index):
                  for tag in (2, 3))
 
 
+def probe_input(op_index):
+    """The input of the no-gradient forward that checks training still runs (stream tag 4)."""
+    return seeded_tensor(SEED, 4, op_index * 256 + RANK, (BATCH, FEATURES), 1.0)
+
+
+def fingerprint(root, optimizers):
+    """Returns a comparable picture of the model and optimizers, never reading parameter data."""
+    state = {}
+    for path, module in root.named_modules():
+        for name, value in vars(module).items():
+            state[f"module {path!r} attribute {name!r}"] = _token(value)
+    for name, param in root.named_parameters():
+        for attr, value in vars(param).items():
+            state[f"parameter {name!r} attribute {attr!r}"] = _token(value)
+        # data_ptr, shape and device tell whether the storage was swapped, without reading it.
+        state[f"parameter {name!r} storage"] = (param.data_ptr(), tuple(param.shape),
+                                                str(param.device), str(param.dtype),
+                                                param.requires_grad)
+    for i, optimizer in enumerate(optimizers):
+        if optimizer is None:
+            continue
+        label = f"optimizer {i} ({type(optimizer).__name__})"
+        state[f"{label} param groups"] = tuple(
+            (id(g), tuple(id(p) for p in g["params"]), g.get("lr")) for g in optimizer.param_groups)
+        state[f"{label} state entries"] = len(optimizer.state)
+    return state
+
+
+def _token(value):
+    # Containers nn.Module mutates in place (hooks, _parameters) keep their id; look inside.
+    if isinstance(value, dict):
+        return ("dict", id(value), tuple((repr(k), id(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, id(value), tuple(id(v) for v in value))
+    return id(value)
+
+
+def fingerprint_changes(before, after):
+    """Returns every readable difference between two fingerprints."""
+    changes = []
+    for key in before:
+        if key not in after:
+            changes.append(f"{key}: removed")
+        elif before[key] != after[key]:
+            changes.append(f"{key}: changed")
+    changes += [f"{key}: added" for key in after if key not in before]
+    return changes
+
+
+def is_refusal(error):
+    """DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so (the
+    replay's rule: deepspeed_adapter asks this). Anything else a repeated initialize raises is a
+    crash, not a refusal: counting it as one would hide exactly the bug being hunted."""
+    return (isinstance(error, (ValueError, RuntimeError))
+            and re.search(r"already (been )?initiali[sz]ed", str(error), re.IGNORECASE) is not None)
+
+
+def repeat_initialize(op_index, engine, target, optimizer, why, optimizers):
+    """I5, for an initialize a correct engine refuses (`why`): it raises a refusal, changes nothing
+    in the model or `optimizers`, and training still runs through `engine`. Under --plain it is
+    refused, as a correct engine refuses it."""
+    before, refusal = fingerprint(model, optimizers), PLAIN or None
+    try:
+        if not PLAIN:
+            initialize(target, optimizer, copy.deepcopy(CONFIG))
+            fail("I5", op_index, None, "refused", "accepted",
+                 f"a repeated initialize was accepted ({why}); it must be refused")
+    except ERRORS as e:
+        refusal = e
+        if not is_refusal(e):
+            fail("I5", op_index, None, "an error saying 'already been initialized'",
+                 type(e).__name__, f"a repeated initialize ({why}) failed with an error that is "
+                 f"not a refusal: {type(e).__name__}: {e}")
+    changes = fingerprint_changes(before, fingerprint(model, optimizers))
+    if changes:
+        fail("I5", op_index, None, "nothing changed", f"{len(changes)} change(s)",
+             f"the {'accepted' if refusal is None else 'refused'} repeated initialize changed "
+             f"{len(changes)} thing(s) in the model or optimizers, e.g. {changes[0]}")
+    state = "repeated" if refusal is None else "rejected"
+    try:  # a forward without gradients changes no state
+        with torch.no_grad():
+            engine(probe_input(op_index).to(engine.device))
+    except ERRORS as e:
+        fail("I5", op_index, f"training still runs after a {state} initialize", "forward runs",
+             "raised", f"training no longer runs after a {state} initialize: "
+             f"{type(e).__name__}: {e}")
+
+
 def verdict(invariant, attribute=None, actual=None, expected_start=""):
     """REPRODUCED (the first failure like the target) and exit 1, else NOT REPRODUCED and exit 0.
     A target field left None matches anything."""
@@ -243,7 +333,7 @@ def verdict(invariant, attribute=None, actual=None, expected_start=""):
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
                   "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE", "PLAIN", "SEED", "RANK", "BATCH",
-                  "FEATURES"}
+                  "FEATURES", "CONFIG"}
 # Where the user's values hold no tensor or list, a script binds these to their _plain forms.
 PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 # Where every check runs once (one operation), nothing repeats: fail_once is fail itself.
