@@ -190,43 +190,57 @@ class RepeatedInitialize(unittest.TestCase):
         self.optimizer = torch.optim.SGD(rt.model.parameters(), lr=0.1)
         self.engine = rt.PlainEngine(rt.model, self.optimizer)
         rt.SEED, rt.BATCH, rt.FEATURES = 1, 2, 4
-        self.addCleanup(setattr, rt, "initialize", rt.initialize)
 
-    def repeat(self, initialize, plain=False):
-        rt.initialize, rt.PLAIN = initialize, plain
+    def repeat(self, again, plain=False):
+        rt.PLAIN = plain
         self.addCleanup(setattr, rt, "PLAIN", False)
         with contextlib.redirect_stdout(io.StringIO()):
-            rt.repeat_initialize(1, self.engine, rt.model, self.optimizer, "managed",
-                                 [self.optimizer])
+            rt.repeat_initialize(1, "managed", [self.optimizer], again, self.engine)
         return [(f[2], f[3]) for f in rt.failures]
 
     def refuse(self, error):
-        def initialize(*_):
+        def again():
             raise error
-        return initialize
+        return again
 
     def test_a_refusal_that_changes_nothing_holds(self):
-        self.assertEqual(self.repeat(self.refuse(ValueError("model has already been initialized"))), [])
+        refusal = ValueError("model has already been initialized")
+        self.assertEqual(self.repeat(self.refuse(refusal)), [])
         self.assertEqual(self.repeat(self.refuse(KeyError("x")), plain=True), [])  # not called
 
     def test_an_accepted_repeat_or_another_error_is_a_finding(self):
-        self.assertEqual(self.repeat(lambda *_: None), [("refused", "accepted")])
+        self.assertEqual(self.repeat(lambda: None), [("refused", "accepted")])
         rt.failures.clear()
         self.assertEqual(self.repeat(self.refuse(IndexError("list index out of range"))),
                          [("an error saying 'already been initialized'", "IndexError")])
 
     def test_a_change_or_a_broken_forward_is_a_finding(self):
-        def changes(*_):
+        def changes():
             rt.model.ds_id = 3
             raise RuntimeError("already initialized")
         self.assertEqual(self.repeat(changes), [("nothing changed", "1 change(s)")])
         rt.failures.clear()
 
-        def breaks(*_):
+        def breaks():
             rt.model.forward = None
             raise RuntimeError("already initialized")
         found = self.repeat(breaks)
         self.assertIn(("forward runs", "raised"), found)
+
+
+class Fingerprint(unittest.TestCase):
+    def test_changes_name_what_was_removed_changed_and_added_in_order(self):
+        before = {"a": 1, "b": 2, "c": 3}
+        self.assertEqual(rt.fingerprint_changes(before, {"b": 5, "c": 3, "d": 4}),
+                         ["a: removed", "b: changed", "d: added"])
+        self.assertEqual(rt.fingerprint_changes(before, dict(before)), [])
+
+    def test_a_module_attribute_written_shows_and_reading_data_is_never_needed(self):
+        model = torch.nn.Linear(2, 2)
+        before = rt.fingerprint(model, [None])
+        model.ds_id = 3
+        self.assertEqual(rt.fingerprint_changes(before, rt.fingerprint(model, [None])),
+                         ["module '' attribute 'ds_id': added"])
 
 
 class Copier(unittest.TestCase):

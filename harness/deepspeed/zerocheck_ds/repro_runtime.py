@@ -10,7 +10,6 @@ only: a script never imports zerocheck_ds.
 """
 
 import ast
-import copy
 import inspect
 import math
 import os
@@ -172,8 +171,8 @@ def initialize(model, optimizer, config, stand_in=None):
         return (stand_in(model, optimizer) if stand_in else model), optimizer, None, None
     import deepspeed
     # Port 0: the one rank's store binds a free port, and no other rank has to find it.
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": "0", **os.environ})
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", **os.environ})
     return deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
 
@@ -182,19 +181,13 @@ class PlainEngine:
     device = torch.device("cpu")
 
     def __init__(self, module, optimizer):
-        self.module, self.optimizer = module, optimizer
+        self.module, self.step, self.zero_grad = module, optimizer.step, optimizer.zero_grad
 
     def __call__(self, x):
         return self.module(x)
 
     def backward(self, loss):
         loss.backward()
-
-    def step(self):
-        self.optimizer.step()
-
-    def zero_grad(self):
-        self.optimizer.zero_grad()
 
 
 def seeded_tensor(seed, tag, key, shape, bound):
@@ -268,15 +261,11 @@ def _token(value):
 
 
 def fingerprint_changes(before, after):
-    """Returns every readable difference between two fingerprints."""
-    changes = []
-    for key in before:
-        if key not in after:
-            changes.append(f"{key}: removed")
-        elif before[key] != after[key]:
-            changes.append(f"{key}: changed")
-    changes += [f"{key}: added" for key in after if key not in before]
-    return changes
+    """Returns every readable difference between two fingerprints: removed or changed in the
+    order of `before`, then added."""
+    return ([f"{key}: {'changed' if key in after else 'removed'}" for key in before
+             if key not in after or after[key] != before[key]]
+            + [f"{key}: added" for key in after if key not in before])
 
 
 def is_refusal(error):
@@ -287,14 +276,14 @@ def is_refusal(error):
             and re.search(r"already (been )?initiali[sz]ed", str(error), re.IGNORECASE) is not None)
 
 
-def repeat_initialize(op_index, engine, target, optimizer, why, optimizers):
-    """I5, for an initialize a correct engine refuses (`why`): it raises a refusal, changes nothing
-    in the model or `optimizers`, and training still runs through `engine`. Under --plain it is
-    refused, as a correct engine refuses it."""
+def repeat_initialize(op_index, why, optimizers, again, forward):
+    """I5, for an initialize a correct engine refuses (`why`): `again()`, the repeat, raises a
+    refusal, changes nothing in the model or `optimizers`, and training's `forward(x)` still
+    runs. Under --plain it is not called: refused, as a correct engine refuses it."""
     before, refusal = fingerprint(model, optimizers), PLAIN or None
     try:
         if not PLAIN:
-            initialize(target, optimizer, copy.deepcopy(CONFIG))
+            again()
             fail("I5", op_index, None, "refused", "accepted",
                  f"a repeated initialize was accepted ({why}); it must be refused")
     except ERRORS as e:
@@ -311,7 +300,7 @@ def repeat_initialize(op_index, engine, target, optimizer, why, optimizers):
     state = "repeated" if refusal is None else "rejected"
     try:  # a forward without gradients changes no state
         with torch.no_grad():
-            engine(probe_input(op_index).to(engine.device))
+            forward(probe_input(op_index))
     except ERRORS as e:
         fail("I5", op_index, f"training still runs after a {state} initialize", "forward runs",
              "raised", f"training no longer runs after a {state} initialize: "

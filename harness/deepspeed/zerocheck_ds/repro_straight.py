@@ -1,13 +1,15 @@
-"""The straight-line form of a repro script: at most one initialize, the user's own writes and
-deletes, and training (forward, backward, step, zero_grad) through the root's engine when the
-root is initialized first (issue 28's budgets: 60 code lines for one operation, 150 for five).
+"""The straight-line form of a repro script (issue 28's budgets: 60 code lines for one
+operation, 150 for up to five): the user's own writes and deletes, an initialize, and training
+(forward, backward, step, zero_grad) and repeated initializes through the root's engine when the
+root is initialized first.
 
 No operation dispatcher: the tree is built, the user's attributes recorded, then each operation
-is its own few lines (deepspeed.initialize, or under --plain a stand-in: the model itself, or
-where the script trains repro_runtime.PlainEngine), each followed by the target's check;
-`verdict` prints REPRODUCED or NOT REPRODUCED and exits 1 or 0. What the replay decides at run
-time about training is decided here from the scenario alone (a backward without a forward, a
-step without a backward: skipped, as DeepSpeed's loop needs), and a training script ends at the
+is its own few lines (repro_runtime.initialize: deepspeed.initialize, or under --plain the model
+itself, or where the script trains PlainEngine; a repeat a correct engine refuses goes through
+repro_runtime.repeat_initialize, I5), each followed by the target's own check; `verdict` prints
+REPRODUCED or NOT REPRODUCED and exits 1 or 0. What the replay decides at run time about
+training is decided here from the scenario alone (a backward without a forward, a step without a
+backward: skipped, as DeepSpeed's loop needs), and a script that trains or repeats ends at the
 finding's operation. The checks, the stand-ins and the seeded values are repro_runtime.py's,
 copied as the general form copies them; the scenario's own code comes from repro_script.py's
 helpers, so both forms build the same model and skip the same writes.
@@ -83,8 +85,8 @@ def text(plan, target, script_name, stage, produced_on):
 
 
 # Why a script binds a general runtime function to its simpler form (repro_runtime's tables).
-_FORM_REASONS = {"same": "the user's values are no tensors or lists: the plain rules compare and show",
-                 "show": "the user's values are no tensors or lists: the plain rules compare and show",
+_PLAIN_VALUES = "the user's values are no tensors or lists: the plain rules compare and show"
+_FORM_REASONS = {"same": _PLAIN_VALUES, "show": _PLAIN_VALUES,
                  "fail_once": "every check runs once: nothing to report only once"}
 
 
@@ -181,10 +183,12 @@ def _training(i, op, forward, backward):
     last step), as the replay decides on DeepSpeed."""
     if op.op == "forward":
         return [f"# op {i}: forward", f"x, y = micro_batch({i})",
-                "loss = F.mse_loss(engine(x.to(engine.device)), y.to(engine.device))"], True, backward
+                "loss = F.mse_loss(engine(x.to(engine.device)), y.to(engine.device))"
+                ], True, backward
     if op.op == "backward":
         if not forward:
-            return [f"# op {i}: backward: skipped, no forward since the last backward"], False, backward
+            return [f"# op {i}: backward: skipped, no forward since the last backward"
+                    ], False, backward
         return [f"# op {i}: backward", "engine.backward(loss)"], False, True
     if op.op == "step" and not backward:
         return [f"# op {i}: step: skipped, no backward since the last step (DeepSpeed's step "
@@ -206,7 +210,8 @@ def _initialize(plan, i, op, wrap, engine, optimizers):
                          f"trainable parameters")]
     source = _module_source(op.target)
     lines = [_comment(f"op {i}: initialize {what} with "
-                      + ("the user's optimizer" if op.optimizer == "same" else "a fresh optimizer"))]
+                      + ("the user's optimizer" if op.optimizer == "same"
+                         else "a fresh optimizer"))]
     fresh = _optimizer_source(plan.scenario, f"trainable({source})")
     if optimizers:  # the root's engine manages every module: a correct engine refuses this one
         optimizer = "user_optimizer" if op.optimizer == "same" else f"optimizer{i}"
@@ -215,8 +220,10 @@ def _initialize(plan, i, op, wrap, engine, optimizers):
         optimizers.append(optimizer)
         why = "a live engine already manages the target or one of its modules"
         return lines + ["#   " + why + ": must be refused", _fitted(
-            f"repeat_initialize({i}, engine, {source}, {optimizer}, {why!r}, "
-            f"[{', '.join(dict.fromkeys(['user_optimizer'] + optimizers))}])")]
+            f"repeat_initialize({i}, {why!r}, "
+            f"[{', '.join(dict.fromkeys(['user_optimizer'] + optimizers))}], "
+            f"lambda: initialize({source}, {optimizer}, copy.deepcopy(CONFIG)), "
+            f"lambda x: engine(x.to(engine.device)))")]
     if plan.initializes > 1:  # the user's optimizer is named: a repeat may be given it too
         optimizer = "user_optimizer" if op.optimizer == "same" else f"optimizer{i}"
         if op.optimizer == "fresh":
@@ -238,9 +245,20 @@ def _initialize(plan, i, op, wrap, engine, optimizers):
 
 
 def _fitted(call):
-    """A call in lines of at most 100 columns: the arguments that do not fit under the first."""
-    lines, opening = [call], call.index("(") + 1
-    while len(lines[-1]) > 100:
-        cut = lines[-1].rindex(", ", 0, 99)
-        lines[-1:] = [lines[-1][:cut + 1], " " * opening + lines[-1][cut + 2:]]
-    return "\n".join(lines)
+    """A call in lines of at most 100 columns where its arguments allow: each line ends at an
+    argument's comma, the next under the first argument."""
+    opening, depth, commas = call.index("(") + 1, 0, []
+    for i, c in enumerate(call):  # the commas between the call's own arguments
+        depth += (c in "([{") - (c in ")]}")
+        if c == "," and depth == 1 and i >= opening:
+            commas.append(i)
+    lines, start = [], 0
+    while len(call) - start + (opening if lines else 0) > 100:
+        width = 100 - (opening if lines else 0)
+        fitting = [i for i in commas if start < i < start + width]
+        if not fitting:
+            break
+        lines.append(call[start:fitting[-1] + 1])
+        start = fitting[-1] + 2
+    lines.append(call[start:])
+    return ("\n" + " " * opening).join(lines)
