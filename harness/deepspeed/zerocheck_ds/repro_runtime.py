@@ -1,12 +1,15 @@
-"""What every repro script runs: failures, the value rules (`same`, `show`) and the checks.
+"""What every repro script runs: failures, the value rules (`same`, `show`), the I1, I2 and I5
+checks (the I5 fingerprint and DeepSpeed's refusal rule, which the replay uses too), the
+--plain stand-ins, the seeded values and the verdict.
 
-Real, tested code (tests/test_repro_runtime.py) that repro_script.py copies into a script with
-inspect.getsource, function by function, only the ones the script uses (`needs` below). The
-functions read the script's globals, which are declared here with neutral values so that this
-module imports and its tests can set them: `model`, `user_attrs` (module path, parameter name
-or "", attribute name) -> the user's last write, `placed` path -> the module the user placed,
-`PLACEMENT_ATTR`, `OWNERS`, `SCENARIO_WORLD_SIZE`, `PREFIX`. torch and the standard library
-only: a script never imports zerocheck_ds.
+Real, tested code (tests/test_repro_runtime.py) that repro_script.py and repro_straight.py copy
+into a script with inspect.getsource, definition by definition, only the ones the script uses
+and what they use (`closure` below). The functions read the script's globals, which are
+declared here with neutral values so that this module imports and its tests can set them
+(SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name) ->
+the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`, `OWNERS`,
+`SCENARIO_WORLD_SIZE`, `PREFIX`, `SIGNATURE`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
+`CONFIG`. torch and the standard library only: a script never imports zerocheck_ds.
 """
 
 import ast
