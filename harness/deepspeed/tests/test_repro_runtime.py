@@ -7,7 +7,7 @@ import unittest
 
 import torch
 
-from zerocheck_ds import repro_runtime as rt
+from zerocheck_ds import repro_runtime as rt, seeded
 from zerocheck_ds.repro_script import code_lines
 
 
@@ -36,6 +36,8 @@ class Values(unittest.TestCase):
                 raise ValueError
 
         self.assertEqual(rt.show(Broken()), "<repr failed: ValueError>")
+        with self.assertRaises(ValueError):  # the plain form leaves that to the checks' try
+            rt.show_plain(Broken())
 
 
 class Checks(unittest.TestCase):
@@ -61,6 +63,24 @@ class Checks(unittest.TestCase):
         self.assertEqual(rt.failures, [("I1", "id", "5", "7",
                                         "op 3: module '0' attribute 'id': expected 5, got 7")])
 
+    def test_fail_itself_reports_every_time_for_scripts_whose_checks_run_once(self):
+        rt.model[0].id = 7
+        self.addCleanup(setattr, rt, "fail_once", rt.fail_once)
+        rt.fail_once = rt.fail  # what a one-operation script binds (repro_runtime.ONCE_FORMS)
+        self.run_check(rt.check_user_attrs)
+        self.run_check(rt.check_user_attrs)
+        self.assertEqual(len(rt.failures), 2)
+
+    def test_a_read_that_raises_is_a_failure_with_the_error(self):
+        class Raising(torch.nn.Linear):
+            @property
+            def id(self):
+                raise RuntimeError("partitioned")
+
+        rt.model = torch.nn.Sequential(Raising(2, 2))
+        self.assertIn("expected 5, got <reading it raised RuntimeError: partitioned>",
+                      self.run_check(rt.check_user_attrs))
+
     def test_owner_by_attr_follows_the_users_value(self):
         rt.model[0].id = 5
         rt.placed, rt.PLACEMENT_ATTR, rt.SCENARIO_WORLD_SIZE = {"0": rt.model[0]}, "id", 2
@@ -68,6 +88,9 @@ class Checks(unittest.TestCase):
         self.assertEqual(self.run_check(rt.check_owner_by_attr), "")
         rt.model[0].id = 6
         self.assertIn("owner rank 1 (user's id=5) became 0", self.run_check(rt.check_owner_by_attr))
+        rt.model[0] = torch.nn.Linear(2, 2)  # the same path, another module
+        self.assertIn("owner rank 1 (user's id=5) became None (the user's module at this path was "
+                      "replaced by a Linear)", self.run_check(rt.check_owner_by_attr))
 
 
 class Verdict(unittest.TestCase):
@@ -107,21 +130,137 @@ class Stand_ins(unittest.TestCase):
 
     def test_the_plain_engine_is_the_model(self):
         module = torch.nn.Linear(2, 2)
-        self.assertEqual(rt.plain_initialize(module, "opt", {}), (module, "opt", None, None))
+        rt.PLAIN = True
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        self.assertEqual(rt.initialize(module, "opt", {}), (module, "opt", None, None))
+
+
+class SeededValues(unittest.TestCase):
+    """The compact element-by-element form a script carries gives seeded.py's bits."""
+
+    def test_streams_equal_seeded_py_bit_for_bit(self):
+        for seed, tag, stream, key, shape, bound in (
+                (3, 2, "input", 5 * 256 + 1, (2, 4), 1.0),
+                (7, 1, "parameter", seeded.parameter_key("0.linear.weight"), (4, 4),
+                 seeded.parameter_bound(4)),
+                (2**64 - 1, 3, "target", 0, (3,), 1.0), (0, 1, "parameter", 9, (0,), 1.0)):
+            with self.subTest(seed=seed, stream=stream, shape=shape):
+                expected = seeded.seeded_tensor(shape, seeded.stream_base(seed, stream, key), bound)
+                self.assertTrue(torch.equal(rt.seeded_tensor(seed, tag, key, shape, bound),
+                                            expected))
+
+    def test_parameters_and_micro_batches_equal_seeded_py(self):
+        def model():
+            shared = torch.nn.Linear(4, 4, bias=False)
+            return torch.nn.Sequential(shared, torch.nn.LayerNorm(4), shared, torch.nn.Linear(4, 4))
+
+        ours, theirs = model(), model()
+        rt.fill_parameters(ours, 11)
+        seeded.fill_parameters(theirs, 11)
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            self.assertTrue(torch.equal(a, b), name)
+        rt.SEED, rt.RANK, rt.BATCH, rt.FEATURES = 5, 1, 2, 4
+        self.addCleanup(setattr, rt, "RANK", 0)
+        for a, b in zip(rt.micro_batch(3), seeded.micro_batch(5, 3, 1, 2, 4)):
+            self.assertTrue(torch.equal(a, b))
+
+
+class PlainTraining(unittest.TestCase):
+    def test_the_plain_engine_trains_the_users_model_with_the_users_optimizer(self):
+        module = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
+        rt.PLAIN = True
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        engine, returned, _, _ = rt.initialize(module, optimizer, {}, rt.PlainEngine)
+        self.assertIs(returned, optimizer)
+        before = module.weight.detach().clone()
+        engine.backward(engine(torch.ones(1, 2).to(engine.device)).sum())
+        engine.step()
+        self.assertFalse(torch.equal(before, module.weight))
+        engine.zero_grad()
+        self.assertTrue(module.weight.grad is None or not module.weight.grad.any())
+
+
+class RepeatedInitialize(unittest.TestCase):
+    """I5 as a script checks it, against stand-ins for what DeepSpeed may do on a repeat."""
+
+    def setUp(self):
+        rt.failures.clear()
+        rt.model = torch.nn.Linear(4, 4)
+        self.optimizer = torch.optim.SGD(rt.model.parameters(), lr=0.1)
+        self.engine = rt.PlainEngine(rt.model, self.optimizer)
+        rt.SEED, rt.BATCH, rt.FEATURES = 1, 2, 4
+
+    def repeat(self, again, plain=False):
+        rt.PLAIN = plain
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rt.repeat_initialize(1, "managed", [self.optimizer], again, self.engine)
+        return [(f[2], f[3]) for f in rt.failures]
+
+    def refuse(self, error):
+        def again():
+            raise error
+        return again
+
+    def test_a_refusal_that_changes_nothing_holds(self):
+        refusal = ValueError("model has already been initialized")
+        self.assertEqual(self.repeat(self.refuse(refusal)), [])
+        self.assertEqual(self.repeat(self.refuse(KeyError("x")), plain=True), [])  # not called
+
+    def test_an_accepted_repeat_or_another_error_is_a_finding(self):
+        self.assertEqual(self.repeat(lambda: None), [("refused", "accepted")])
+        rt.failures.clear()
+        self.assertEqual(self.repeat(self.refuse(IndexError("list index out of range"))),
+                         [("an error saying 'already been initialized'", "IndexError")])
+
+    def test_a_change_or_a_broken_forward_is_a_finding(self):
+        def changes():
+            rt.model.ds_id = 3
+            raise RuntimeError("already initialized")
+        self.assertEqual(self.repeat(changes), [("nothing changed", "1 change(s)")])
+        rt.failures.clear()
+
+        def breaks():
+            rt.model.forward = None
+            raise RuntimeError("already initialized")
+        found = self.repeat(breaks)
+        self.assertIn(("forward runs", "raised"), found)
+
+
+class Fingerprint(unittest.TestCase):
+    def test_changes_name_what_was_removed_changed_and_added_in_order(self):
+        before = {"a": 1, "b": 2, "c": 3}
+        self.assertEqual(rt.fingerprint_changes(before, {"b": 5, "c": 3, "d": 4}),
+                         ["a: removed", "b: changed", "d: added"])
+        self.assertEqual(rt.fingerprint_changes(before, dict(before)), [])
+
+    def test_a_module_attribute_written_shows_and_reading_data_is_never_needed(self):
+        model = torch.nn.Linear(2, 2)
+        before = rt.fingerprint(model, [None])
+        model.ds_id = 3
+        self.assertEqual(rt.fingerprint_changes(before, rt.fingerprint(model, [None])),
+                         ["module '' attribute 'ds_id': added"])
 
 
 class Copier(unittest.TestCase):
     def test_a_function_comes_with_what_it_uses_and_nothing_else(self):
         text = rt.source(["check_user_attrs"])
-        for needed in ("def check_user_attrs", "def same", "def show", "def fail(", "ABSENT = ",
-                       "ERRORS = "):
+        for needed in ("def check_user_attrs", "def same", "def show", "def fail(",
+                       "def fail_once(", "ABSENT = "):
             self.assertIn(needed, text)
         for not_needed in ("def check_owner_by_attr", "def op_failed", "def skipped",
-                           "model = None", "PREFIX = "):
+                           "model = None", "PREFIX = ", "ERRORS = "):
             self.assertNotIn(not_needed, text)
         namespace = {"torch": torch, "PREFIX": ""}
         exec(compile(text, "copied", "exec"), namespace)  # stands alone with the script's globals
         self.assertTrue(namespace["same"](1, 1))
+
+    def test_the_closure_leaves_out_what_a_script_binds_itself(self):
+        self.assertEqual(rt.closure(["check_user_attrs"],
+                                    exclude=rt.SCRIPT_GLOBALS | {"same", "show", "fail_once"}),
+                         {"check_user_attrs", "ABSENT"})
+        self.assertIn("_reported", rt.closure(["check_user_attrs"]))
 
     def test_an_unknown_name_is_refused(self):
         with self.assertRaisesRegex(KeyError, "defines no 'nothing'"):

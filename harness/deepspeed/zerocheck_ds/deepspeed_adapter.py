@@ -14,10 +14,9 @@ before any scenario runs, and the rest of the package never imports it.
 
 import copy
 import os
-import re
 import sys
 
-from . import twin
+from . import repro_runtime, twin
 from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 from .engine_state import EngineState, ParamState, StateUnavailable
 from .tree import TakesRoute
@@ -39,12 +38,6 @@ def deepspeed_config(config):
 CONVERT_TIMEOUT = 120
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
                    "ZEROCHECK_DS_REPLY_FD")
-
-
-# DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so. The repro
-# scripts (repro_script.py) embed this same rule.
-REFUSAL_TYPES = (ValueError, RuntimeError)
-REFUSAL_PATTERN = r"already (been )?initiali[sz]ed"
 
 
 class DeepSpeedAdapter(Adapter):
@@ -83,10 +76,8 @@ class DeepSpeedAdapter(Adapter):
 
     def is_refusal(self, exception):
         # DeepSpeed's own refusal, as the guarded deepspeed.initialize proposed upstream raises
-        # it. Anything else raised by a repeated initialize (KeyError, IndexError, ...) is a
-        # crash, not a refusal: counting it as one would hide exactly the bug being hunted.
-        return (isinstance(exception, REFUSAL_TYPES)
-                and re.search(REFUSAL_PATTERN, str(exception), re.IGNORECASE) is not None)
+        # it; the rule is the repro scripts' (repro_runtime.is_refusal), one for both.
+        return repro_runtime.is_refusal(exception)
 
     def construction(self, config):
         return ZeroInitConstruction(self._deepspeed, deepspeed_config(config))

@@ -12,6 +12,8 @@ No oracle reads parameter data: an upstream engine may have emptied or moved it.
 """
 
 from . import schema, values
+# The I5 fingerprint: repro scripts carry it, so it lives in their runtime (tested there).
+from .repro_runtime import fingerprint, fingerprint_changes  # noqa: F401 (the replay's)
 from .ledger import ObjectKey, WriteSkipped
 from .verdict import Finding
 
@@ -128,50 +130,6 @@ class ManagedObjects:
     def clear(self):
         self._modules.clear()
         self._optimizers.clear()
-
-
-def fingerprint(root, optimizers):
-    """Returns a comparable picture of the model and optimizers, never reading parameter data."""
-    state = {}
-    for path, module in root.named_modules():
-        for name, value in vars(module).items():
-            state[f"module {path!r} attribute {name!r}"] = _token(value)
-    for name, param in root.named_parameters():
-        for attr, value in vars(param).items():
-            state[f"parameter {name!r} attribute {attr!r}"] = _token(value)
-        # data_ptr, shape and device tell whether the storage was swapped, without reading it.
-        state[f"parameter {name!r} storage"] = (param.data_ptr(), tuple(param.shape),
-                                                str(param.device), str(param.dtype),
-                                                param.requires_grad)
-    for i, optimizer in enumerate(optimizers):
-        if optimizer is None:
-            continue
-        label = f"optimizer {i} ({type(optimizer).__name__})"
-        state[f"{label} param groups"] = tuple(
-            (id(g), tuple(id(p) for p in g["params"]), g.get("lr")) for g in optimizer.param_groups)
-        state[f"{label} state entries"] = len(optimizer.state)
-    return state
-
-
-def _token(value):
-    # Containers nn.Module mutates in place (hooks, _parameters) keep their id; look inside.
-    if isinstance(value, dict):
-        return ("dict", id(value), tuple((repr(k), id(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, id(value), tuple(id(v) for v in value))
-    return id(value)
-
-
-def fingerprint_changes(before, after):
-    """Returns every readable difference between two fingerprints."""
-    changes = []
-    for key in before:
-        if key not in after:
-            changes.append(f"{key}: removed")
-        elif before[key] != after[key]:
-            changes.append(f"{key}: changed")
-    changes += [f"{key}: added" for key in after if key not in before]
-    return changes
 
 
 def judge_repeated_initialize(adapter, op_index, why_refused, exception, changes):

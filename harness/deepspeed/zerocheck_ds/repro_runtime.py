@@ -1,18 +1,22 @@
-"""What every repro script runs: failures, the value rules (`same`, `show`) and the checks.
+"""What every repro script runs: failures, the value rules (`same`, `show`), the I1, I2 and I5
+checks (the I5 fingerprint and DeepSpeed's refusal rule, which the replay uses too), the
+--plain stand-ins, the seeded values and the verdict.
 
-Real, tested code (tests/test_repro_runtime.py) that repro_script.py copies into a script with
-inspect.getsource, function by function, only the ones the script uses (`needs` below). The
-functions read the script's globals, which are declared here with neutral values so that this
-module imports and its tests can set them: `model`, `user_attrs` (module path, parameter name
-or "", attribute name) -> the user's last write, `placed` path -> the module the user placed,
-`PLACEMENT_ATTR`, `OWNERS`, `SCENARIO_WORLD_SIZE`, `PREFIX`. torch and the standard library
-only: a script never imports zerocheck_ds.
+Real, tested code (tests/test_repro_runtime.py) that repro_script.py and repro_straight.py copy
+into a script with inspect.getsource, definition by definition, only the ones the script uses
+and what they use (`closure` below). The functions read the script's globals, which are
+declared here with neutral values so that this module imports and its tests can set them
+(SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name) ->
+the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`, `OWNERS`,
+`SCENARIO_WORLD_SIZE`, `PREFIX`, `SIGNATURE`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
+`CONFIG`. torch and the standard library only: a script never imports zerocheck_ds.
 """
 
 import ast
 import inspect
+import math
 import os
-import socket
+import re
 import sys
 
 import torch
@@ -31,16 +35,27 @@ OWNERS = {}
 SCENARIO_WORLD_SIZE = 1
 PREFIX = ""
 SIGNATURE = ""
+PLAIN = False
+SEED, RANK, BATCH, FEATURES = 0, 0, 1, 1
+CONFIG = {}
 failures = []  # (invariant, attribute, expected, actual, "where: text"), in the order seen
 _reported = set()
 
 
 def fail(invariant, op_index, attribute, expected, actual, text, once=None):
-    if once is None or once not in _reported:  # a clobbered attribute stays clobbered: report it
-        _reported.add(once)  # when it first appears (or changes), by its identity `once`
-        text = ("build/teardown" if op_index is None else f"op {op_index}") + f": {text}"
-        failures.append((invariant, attribute, expected, actual, text))
-        print(f"{PREFIX}FAILED {invariant} at {text}", flush=True)
+    """Records and prints a failure. `once` (its identity) is fail_once's: a script whose checks
+    run once binds fail_once to this function."""
+    text = ("build/teardown" if op_index is None else f"op {op_index}") + f": {text}"
+    failures.append((invariant, attribute, expected, actual, text))
+    print(f"{PREFIX}FAILED {invariant} at {text}", flush=True)
+
+
+def fail_once(*failure, once):
+    """fail() the first time its identity `once` is seen: a clobbered attribute stays clobbered,
+    and is reported when it first appears (or changes)."""
+    if once not in _reported:
+        _reported.add(once)
+        fail(*failure)
 
 
 def op_failed(op_index, op, error):
@@ -63,16 +78,17 @@ def show(value, depth=0):
         return f"tensor({value.tolist()}, dtype={value.dtype})"
     if type(value) is list and depth < 8:
         return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
-    return show_plain(value)
+    try:
+        return show_plain(value)
+    except Exception as e:  # a foreign object's repr may itself fail
+        return f"<repr failed: {type(e).__name__}>"
 
 
 def show_plain(value):
-    """show() where the user wrote no tensor or list: any other tensor by its shape only."""
-    try:
-        text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
-                f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
-    except Exception as e:  # a foreign object's repr may itself fail
-        text = f"<repr failed: {type(e).__name__}>"
+    """show() where the user wrote no tensor or list: any other tensor by its shape only. A repr
+    that fails raises (the checks show what they read inside their own try)."""
+    text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
+            f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
     return text if len(text) <= 200 else text[:200] + "..."
 
 
@@ -88,9 +104,8 @@ def same(expected, actual):
 
 def same_plain(expected, actual):
     """same() for a value that is no tensor or list: ABSENT and None are only themselves."""
-    if expected is ABSENT or expected is None:
-        return actual is expected
-    return type(actual) is type(expected) and actual == expected
+    plain = expected is not ABSENT and expected is not None
+    return actual is expected or plain and type(actual) is type(expected) and actual == expected
 
 
 def trainable(module):
@@ -105,11 +120,12 @@ def check_user_attrs(op_index):
             module = model.get_submodule(path)
             value = getattr(module.get_parameter(param) if param else module, name, ABSENT)
             actual = None if same(expected, value) else show(value)
-        except ERRORS as e:  # the object is gone, or an engine's descriptor raised on read
+        except Exception as e:  # the object is gone, or an engine's descriptor raised on read
             actual = f"<reading it raised {type(e).__name__}: {e}>"
         if actual is not None:
-            fail("I1", op_index, name, show(expected), actual, f"module {path!r}" + (f" parameter {param!r}" if param else "")
-                 + f" attribute {name!r}: expected {show(expected)}, got {actual}", once=(path, param, name, actual))
+            where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
+            fail_once("I1", op_index, name, show(expected), actual, f"{where} attribute {name!r}: "
+                      f"expected {show(expected)}, got {actual}", once=(path, param, name, actual))
 
 
 def owner(value):
@@ -117,31 +133,22 @@ def owner(value):
     return value % SCENARIO_WORLD_SIZE if type(value) is int else None
 
 
-def live_owner(path, original):
-    """(owner rank, why) computed from the live module at `path`."""
-    try:
-        live = model.get_submodule(path)
-    except ERRORS as e:
-        return None, f"no module at this path any more: {type(e).__name__}"
-    if live is not original:
-        return None, f"the user's module at this path was replaced by a {type(live).__name__}"
-    try:
-        value = getattr(live, PLACEMENT_ATTR, ABSENT)
-    except ERRORS as e:
-        return None, f"reading {PLACEMENT_ATTR} raised {type(e).__name__}: {e}"
-    return owner(value), f"live {PLACEMENT_ATTR}={show(value)}"
-
-
 def check_owner_by_attr(op_index):
     """I2: the owner from the user's attribute equals the owner from the live module."""
     for path, original in placed.items():
         user_value = user_attrs.get((path, "", PLACEMENT_ATTR), ABSENT)
-        expected = owner(user_value)
-        actual, why = live_owner(path, original)
+        try:
+            live = model.get_submodule(path)
+            value = getattr(live, PLACEMENT_ATTR, ABSENT) if live is original else None
+            why = (f"live {PLACEMENT_ATTR}={show(value)}" if live is original
+                   else f"the user's module at this path was replaced by a {type(live).__name__}")
+        except Exception as e:  # the module is gone, or reading its attribute raised
+            value, why = None, f"reading {PLACEMENT_ATTR} there raised {type(e).__name__}: {e}"
+        expected, actual = owner(user_value), owner(value)
         if expected != actual:
-            fail("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
-                 f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
-                 f"{show(user_value)}) became {actual} ({why})", once=("I2", path, expected, actual))
+            fail_once("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
+                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
+                      f"{show(user_value)}) became {actual} ({why})", once=(path, expected, actual))
 
 
 def check_owner_by_map(op_index):
@@ -151,26 +158,156 @@ def check_owner_by_map(op_index):
         try:
             live = model.get_submodule(path)
             why = f"the user's module at this path was replaced by a {type(live).__name__}"
-        except ERRORS as e:
+        except Exception as e:
             live, why = None, f"no module at this path any more: {type(e).__name__}"
         if live is not original:
             expected = f"rank {OWNERS[path]}, the user's module"
-            fail("I2", op_index, None, expected, "None", f"module {path!r}: owner rank {expected} "
-                 f"(placement map) became None ({why})", once=("I2", path))
+            fail_once("I2", op_index, None, expected, "None", f"module {path!r}: owner rank "
+                      f"{expected} (placement map) became None ({why})", once=("I2", path))
 
 
-def plain_initialize(model, optimizer, config):
-    """Stands in for deepspeed.initialize under --plain: the engine is the user's model itself."""
-    return model, optimizer, None, None
+def initialize(model, optimizer, config, stand_in=None):
+    """deepspeed.initialize, with the environment it wants on one rank too (without a launcher's
+    it goes looking for MPI; a launcher's values are kept). Under --plain a stand-in whose engine
+    is `stand_in(model, optimizer)` (PlainEngine where the script trains), else the model."""
+    if PLAIN:
+        return (stand_in(model, optimizer) if stand_in else model), optimizer, None, None
+    import deepspeed
+    # Port 0: the one rank's store binds a free port, and no other rank has to find it.
+    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", **os.environ})
+    return deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
 
-def one_rank_environment():
-    """deepspeed.initialize wants torch.distributed even on one rank: without a launcher's
-    environment it goes looking for MPI. A launcher's values are kept."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(s.getsockname()[1]), **os.environ})
+class PlainEngine:
+    """What a correct engine must look like under --plain: the user's model and optimizer."""
+    device = torch.device("cpu")
+
+    def __init__(self, module, optimizer):
+        self.module, self.step, self.zero_grad = module, optimizer.step, optimizer.zero_grad
+
+    def __call__(self, x):
+        return self.module(x)
+
+    def backward(self, loss):
+        loss.backward()
+
+
+def seeded_tensor(seed, tag, key, shape, bound):
+    """A float32 tensor of `shape` from the stream (seed, tag, key), scaled by `bound`: the rule
+    of SCENARIO_FORMAT.md's "Numbers", element by element (seeded.py's bits, vectorised there)."""
+    def splitmix64(z):
+        z = (z + 0x9E3779B97F4A7C15) % 2**64
+        z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9 % 2**64
+        z = (z ^ z >> 27) * 0x94D049BB133111EB % 2**64
+        return z ^ z >> 31
+    base = splitmix64(splitmix64(splitmix64(seed % 2**64) ^ tag) ^ key % 2**64)
+    units = [((splitmix64(base + i * 0x9E3779B97F4A7C15) >> 40) - 2**23) / 2**23
+             for i in range(math.prod(shape))]
+    return (torch.tensor(units, dtype=torch.float64) * bound).to(torch.float32).reshape(shape)
+
+
+def fill_parameters(module, seed):
+    """Every parameter from its path's stream (tag 1, key FNV-1a 64 of the path; a shared one at
+    its first path), bound float32(1 / sqrt(fan_in))."""
+    with torch.no_grad():
+        for path, param in module.named_parameters():
+            key = 0xCBF29CE484222325
+            for byte in path.encode("utf-8"):
+                key = (key ^ byte) * 0x100000001B3 % 2**64
+            fan = param.shape[1] if param.dim() >= 2 else param.shape[0] if param.dim() else 1
+            bound = torch.tensor(1.0 / math.sqrt(max(fan, 1)), dtype=torch.float32).item()
+            param.copy_(seeded_tensor(seed, 1, key, tuple(param.shape), bound))
+
+
+def micro_batch(op_index):
+    """(input, target) of this rank's micro-batch for operation `op_index` (tags 2 and 3)."""
+    return tuple(seeded_tensor(SEED, tag, op_index * 256 + RANK, (BATCH, FEATURES), 1.0)
+                 for tag in (2, 3))
+
+
+def probe_input(op_index):
+    """The input of the no-gradient forward that checks training still runs (stream tag 4)."""
+    return seeded_tensor(SEED, 4, op_index * 256 + RANK, (BATCH, FEATURES), 1.0)
+
+
+def fingerprint(root, optimizers):
+    """Returns a comparable picture of the model and optimizers, never reading parameter data."""
+    state = {}
+    for path, module in root.named_modules():
+        for name, value in vars(module).items():
+            state[f"module {path!r} attribute {name!r}"] = _token(value)
+    for name, param in root.named_parameters():
+        for attr, value in vars(param).items():
+            state[f"parameter {name!r} attribute {attr!r}"] = _token(value)
+        # data_ptr, shape and device tell whether the storage was swapped, without reading it.
+        state[f"parameter {name!r} storage"] = (param.data_ptr(), tuple(param.shape),
+                                                str(param.device), str(param.dtype),
+                                                param.requires_grad)
+    for i, optimizer in enumerate(optimizers):
+        if optimizer is None:
+            continue
+        label = f"optimizer {i} ({type(optimizer).__name__})"
+        state[f"{label} param groups"] = tuple(
+            (id(g), tuple(id(p) for p in g["params"]), g.get("lr")) for g in optimizer.param_groups)
+        state[f"{label} state entries"] = len(optimizer.state)
+    return state
+
+
+def _token(value):
+    # Containers nn.Module mutates in place (hooks, _parameters) keep their id; look inside.
+    if isinstance(value, dict):
+        return ("dict", id(value), tuple((repr(k), id(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, id(value), tuple(id(v) for v in value))
+    return id(value)
+
+
+def fingerprint_changes(before, after):
+    """Returns every readable difference between two fingerprints: removed or changed in the
+    order of `before`, then added."""
+    return ([f"{key}: {'changed' if key in after else 'removed'}" for key in before
+             if key not in after or after[key] != before[key]]
+            + [f"{key}: added" for key in after if key not in before])
+
+
+def is_refusal(error):
+    """DeepSpeed's refusal of a repeated initialize: a ValueError or RuntimeError saying so (the
+    replay's rule: deepspeed_adapter asks this). Anything else a repeated initialize raises is a
+    crash, not a refusal: counting it as one would hide exactly the bug being hunted."""
+    return (isinstance(error, (ValueError, RuntimeError))
+            and re.search(r"already (been )?initiali[sz]ed", str(error), re.IGNORECASE) is not None)
+
+
+def repeat_initialize(op_index, why, optimizers, again, forward):
+    """I5, for an initialize a correct engine refuses (`why`): `again()`, the repeat, raises a
+    refusal, changes nothing in the model or `optimizers`, and training's `forward(x)` still
+    runs. Under --plain it is not called: refused, as a correct engine refuses it."""
+    before, refusal = fingerprint(model, optimizers), PLAIN or None
+    try:
+        if not PLAIN:
+            again()
+            fail("I5", op_index, None, "refused", "accepted",
+                 f"a repeated initialize was accepted ({why}); it must be refused")
+    except ERRORS as e:
+        refusal = e
+        if not is_refusal(e):
+            fail("I5", op_index, None, "an error saying 'already been initialized'",
+                 type(e).__name__, f"a repeated initialize ({why}) failed with an error that is "
+                 f"not a refusal: {type(e).__name__}: {e}")
+    changes = fingerprint_changes(before, fingerprint(model, optimizers))
+    if changes:
+        fail("I5", op_index, None, "nothing changed", f"{len(changes)} change(s)",
+             f"the {'accepted' if refusal is None else 'refused'} repeated initialize changed "
+             f"{len(changes)} thing(s) in the model or optimizers, e.g. {changes[0]}")
+    state = "repeated" if refusal is None else "rejected"
+    try:  # a forward without gradients changes no state
+        with torch.no_grad():
+            forward(probe_input(op_index))
+    except ERRORS as e:
+        fail("I5", op_index, f"training still runs after a {state} initialize", "forward runs",
+             "raised", f"training no longer runs after a {state} initialize: "
+             f"{type(e).__name__}: {e}")
 
 
 def verdict(invariant, attribute=None, actual=None, expected_start=""):
@@ -180,18 +317,19 @@ def verdict(invariant, attribute=None, actual=None, expected_start=""):
              and actual in (None, f[3]) and f[2].startswith(expected_start)]
     print(PREFIX + ("REPRODUCED {}: expected {}, got {} ({})".format(SIGNATURE, *found[0]) if found
                     else f"NOT REPRODUCED {SIGNATURE}"), flush=True)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # Skip torch.distributed's teardown at interpreter exit: it aborts (SIGABRT) when the
-        # other rank has already gone, and the exit code must be the verdict's.
-        os._exit(1 if found else 0)
-    sys.exit(1 if found else 0)
+    # With torch.distributed up, skip its teardown at interpreter exit: it aborts (SIGABRT) when
+    # the other rank has already gone, and the exit code must be the verdict's.
+    (os._exit if torch.distributed.is_initialized() else sys.exit)(1 if found else 0)
 
 
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
-                  "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE"}
+                  "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE", "PLAIN", "SEED", "RANK", "BATCH",
+                  "FEATURES", "CONFIG"}
 # Where the user's values hold no tensor or list, a script binds these to their _plain forms.
 PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
+# Where every check runs once (one operation), nothing repeats: fail_once is fail itself.
+ONCE_FORMS = {"fail_once": "fail"}
 
 
 def definitions(module):
@@ -212,10 +350,9 @@ def definitions(module):
     return found
 
 
-def source(names, module=None, exclude=SCRIPT_GLOBALS):
-    """The text defining `names` and every name of `module` (default: this one) they use, in
-    the module's order, `exclude` (the script's own globals) left out. Raises KeyError for a
-    name the module does not define."""
+def closure(names, module=None, exclude=SCRIPT_GLOBALS):
+    """`names` and every name of `module` (default: this one) they use, `exclude` (the script's
+    own globals) left out. Raises KeyError for a name the module does not define."""
     found = definitions(module or sys.modules[__name__])
     wanted, todo = set(), list(names)
     while todo:
@@ -226,4 +363,12 @@ def source(names, module=None, exclude=SCRIPT_GLOBALS):
             raise KeyError(f"{(module or sys.modules[__name__]).__name__} defines no {name!r}")
         wanted.add(name)
         todo.extend(n for n in found[name][1] if n in found)
+    return wanted
+
+
+def source(names, module=None, exclude=SCRIPT_GLOBALS):
+    """The text defining closure(names, module, exclude), in the module's order. Raises KeyError
+    as closure() does."""
+    wanted = closure(names, module, exclude)
+    found = definitions(module or sys.modules[__name__])
     return "\n\n\n".join(text for name, (text, _) in found.items() if name in wanted)

@@ -3,30 +3,34 @@
 The script a DeepSpeed maintainer runs imports torch, deepspeed (not under --plain) and the
 standard library, never zerocheck_ds. It is straight-line code: the model's classes, the tree
 built node by node, the user's attributes written with setattr, then one commented block per
-operation, each followed by the checks the replay makes (I1, I2, I5, an operation raising).
-It ends with `REPRODUCED <signature>: expected ..., got ...` and exit 1 when a failure like the
+operation, each followed by the checks the replay makes (I1, I2, I5, an operation raising). It
+ends with `REPRODUCED <signature>: expected ..., got ...` and exit 1 when a failure like the
 target shows, else `NOT REPRODUCED <signature>` and exit 0; `--plain` runs the same steps on a
 pass-through engine (plain PyTorch), which must not reproduce.
 
+A scenario the straight-line form takes (repro_straight.py: no dispatcher, within issue 28's
+budgets) gets it; the general form here, with an operation dispatcher and a stand-in DeepSpeed,
+is for the rest (releases, a submodule initialized first, routes an MoE takes).
+
 One source of truth: the model classes, the data seeding, the checks and the I5 fingerprint are
-copied into the script from tree.py, seeded.py, repro_runtime.py and oracles.py with
-inspect.getsource, so the script builds the same model, feeds the same numbers and compares the
-same state as the replay. Only what the script uses is copied (a definition and what it needs:
-repro_runtime.source), only the modules it names are imported, and the pass-through engine has
-only the methods its operations call: a scenario without a forward gets no seeded values and no
-route-taking classes (its containers are torch's), one with a single initialize no I5 machinery. Which user
-writes are skipped as not representable is decided here with the replay's own rule
+copied into the script from tree.py and repro_runtime.py with inspect.getsource, so the script
+builds the same model, feeds the same numbers and compares the same state as the replay. Only
+what the script uses is copied (a definition and what it needs: repro_runtime.source), only the
+modules it names are imported, and the pass-through engine has only the methods its operations
+call: a scenario without a forward gets no seeded values and no route-taking classes (its
+containers are torch's), one with a single initialize no I5 machinery. Which user writes are
+skipped as not representable is decided here with the replay's own rule
 (collisions.PristineNames over a freshly built tree), and written into the script as comments.
 
 What stays at run time, as in the replay: whether an initialize is a repeat (an earlier one may
 have failed), which engine a forward goes through, whether a backward has a loss, whether a
 delete finds anything. Differences from the replay: a repeated initialize must raise an error
-that deepspeed_adapter.is_refusal accepts (the same rule, embedded); a path that did not exist at generation time is skipped without looking again.
+that repro_runtime.is_refusal accepts (the replay's rule too); a path that did not exist at
+generation time is skipped without looking again.
 """
 
 import ast
 import copy
-import inspect
 import io
 import os
 import re
@@ -35,9 +39,9 @@ import tokenize
 
 import torch
 
-from . import oracles, replay, repro_runtime, schema, seeded, tree
+from . import replay, repro_runtime, schema, tree
 from .collisions import PristineNames
-from .deepspeed_adapter import REFUSAL_PATTERN, REFUSAL_TYPES, deepspeed_config
+from .deepspeed_adapter import deepspeed_config
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .scenario import TensorLiteral, load_scenario
 from .verdict import FAILURES
@@ -88,14 +92,13 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
     plan.teardown = plan.initializes and (target.get("op_index") is None or plan.initializes > 1
                                           or "release" in plan.ops_used)
     # The script's own steps first; then only the definitions they use are copied in (from
-    # tree.py, seeded.py and repro_runtime.py), and only the modules they name are imported.
+    # tree.py and repro_runtime.py), and only the modules they name are imported.
     settings, engine = _settings(plan, target, stage), _engine(plan)
     steps = [_operation_helpers(plan), _build(plan), _operations(plan), _verdict(target)]
     used = _names_used("\n".join([settings, engine] + steps))
     copied = [_copied("the model's classes (every module maps FEATURES -> FEATURES)", tree, used),
-              _copied("the numbers: seeded values of parameters and data (as in zerocheck)",
-                      seeded, used),
-              _copied("failures and the checks", repro_runtime, used)]
+              _copied("failures, the checks and the seeded values of parameters and data",
+                      repro_runtime, used)]
     body = _without_unused([settings, engine] + copied + steps)
     sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
                         produced_on)] + body
@@ -200,6 +203,9 @@ class _Plan:
         self.names = PristineNames(self.built.root)  # before any write, like the ledger's rule
         self.variable = {id(m): f"n{i}" for i, m in self.built.nodes.items()}
         self.root_takes_route = scenario.tree[0].kind in _CONTAINERS
+        self.features = "FEATURES"  # how the constructors name the width (a number, inlined)
+        # Whether Sequential nodes may be torch's (no MoE takes a route): the straight form's.
+        self.torch_sequential = False
         # Whether any forward runs (an op, or the probe after a repeated initialize): without
         # one, parameter values and the containers' forward never matter, and the script
         # leaves out the seeded values and the route-taking classes.
@@ -388,12 +394,11 @@ PREFIX = f"[rank {{RANK}}] " if WORLD_SIZE > 1 else ""'''
 
 def _engine(plan):
     """The engine section: DeepSpeed, or the pass-through stand-in with only the methods the
-    operations call (and the refusal only when the scenario initializes more than once)."""
+    operations call (a repeat a correct engine refuses never reaches it: repeat_initialize)."""
     methods = {"__init__": True, "__call__": plan.runs_forward,
                **{method: op in plan.ops_used for method, op in _METHOD_OPS.items()}}
     plain = "\n\n".join(_PLAIN_METHODS[m] for m, wanted in methods.items() if wanted)
-    refusal = _PLAIN_REFUSAL if plan.initializes > 1 else ""
-    return _ENGINE.format(plain_methods=plain.rstrip("\n"), refusal=refusal.rstrip("\n"))
+    return _ENGINE.format(plain_methods=plain.rstrip("\n"))
 
 
 # The pass-through engine's methods named like operations, and the operation that calls each.
@@ -420,16 +425,6 @@ _PLAIN_METHODS = {
     }),
 }
 
-_PLAIN_REFUSAL = """
-            for engine in self.live:
-                managed = {id(m) for m in engine.module.modules()}
-                if any(id(m) in managed for m in model.modules()):
-                    raise RuntimeError("this module or one of its submodules has already been "
-                                       "initialized by a live engine")
-                if optimizer is not None and optimizer is engine.optimizer:
-                    raise RuntimeError("this optimizer has already been initialized by a live "
-                                       "engine")"""
-
 _ENGINE = '''
 # ---- the engine: DeepSpeed, or a pass-through stand-in under --plain -------------------------
 
@@ -440,12 +435,12 @@ if PLAIN:
 {plain_methods}
 
     class PlainDeepSpeed:
-        """Stands in for `deepspeed`: refuses to initialize what a live engine already manages."""
+        """Stands in for `deepspeed` (a repeat a correct engine refuses is never asked of it)."""
 
         def __init__(self):
             self.live = []
 
-        def initialize(self, model, optimizer, config):{refusal}
+        def initialize(self, model, optimizer, config):
             engine = PlainEngine(model, optimizer, self.live)
             self.live.append(engine)
             return engine, optimizer, None, None
@@ -490,16 +485,6 @@ def root_engine():
 '''
 
 _SEEDED_BATCH = '''
-def batch(op_index):
-    """(input, target) of an op on this rank: the seeded values, as in the replay."""
-    return micro_batch(SEED, op_index, RANK, BATCH, FEATURES)
-
-
-def probe_input(op_index):
-    """The input of the no-gradient forward that checks training still runs."""
-    return data(SEED, "probe_input", op_index, RANK, BATCH, FEATURES)
-
-
 def run_forward(x, route):
     """Through the engine that manages the root, else through the user's own model."""
     engine = root_engine()
@@ -525,18 +510,9 @@ def initialize(op_index, target, optimizer):
 '''
 
 _INITIALIZE = '''
-{fingerprint}
-
-
-{token}
-
-
-{fingerprint_changes}
-
-
 def refusal_reason(target, optimizer):
     """Why a correct engine must refuse to initialize `target` with `optimizer`, or None."""
-    managed = {{id(m) for _, managed_target, _ in live for m in managed_target.modules()}}
+    managed = {id(m) for _, managed_target, _ in live for m in managed_target.modules()}
     if any(id(m) in managed for m in target.modules()):
         return "a live engine already manages the target or one of its modules"
     if optimizer is not None and any(optimizer is o for _, _, o in live):
@@ -547,45 +523,18 @@ def refusal_reason(target, optimizer):
 def initialize(op_index, target, optimizer):
     """deepspeed.initialize; a repeat over a managed module or optimizer must be refused (I5)."""
     why = refusal_reason(target, optimizer)
-    if why is None:
-        try:
-            engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer,
-                                                   config=copy.deepcopy(CONFIG))
-        except ERRORS as e:
-            return op_failed(op_index, "initialize", e)
-        live.append((engine, target, optimizer))
-        return
-    optimizers = [user_optimizer, optimizer] + [o for _, _, o in live]
-    before = fingerprint(model, optimizers)
-    refusal = None
+    if why is not None:
+        return repeat_initialize(
+            op_index, why, [user_optimizer, optimizer] + [o for _, _, o in live],
+            lambda: accepted_repeats.append(deepspeed.initialize(
+                model=target, optimizer=optimizer, config=copy.deepcopy(CONFIG))[0]),
+            lambda x: run_forward(x, RouteCursor([])))
     try:
         engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer,
                                                config=copy.deepcopy(CONFIG))
-        accepted_repeats.append(engine)
-        fail("I5", op_index, None, "refused", "accepted",
-             f"a repeated initialize was accepted ({{why}}); it must be refused")
     except ERRORS as e:
-        refusal = e
-        if not (isinstance(e, ({refusal_types})) and re.search({refusal_pattern!r}, str(e), re.I)):
-            fail("I5", op_index, None, "an error saying {refusal_text!r}",
-                 type(e).__name__, f"a repeated initialize ({{why}}) failed with an error "
-                 f"that is not a refusal: {{type(e).__name__}}: {{e}}")
-    changes = fingerprint_changes(before, fingerprint(model, optimizers))
-    if changes:
-        state = "accepted" if refusal is None else "refused"
-        fail("I5", op_index, None, "nothing changed", f"{{len(changes)}} change(s)",
-             f"the {{state}} repeated initialize changed {{len(changes)}} thing(s) in the model "
-             f"or optimizers, e.g. {{changes[0]}}")
-    # Training must still run: a forward without gradients changes no state.
-    x = probe_input(op_index)
-    try:
-        with torch.no_grad():
-            run_forward(x, RouteCursor([]))
-    except ERRORS as e:
-        state = "repeated" if refusal is None else "rejected"
-        fail("I5", op_index, f"training still runs after a {{state}} initialize", "forward runs",
-             "raised", f"training no longer runs after a {{state}} initialize: "
-             f"{{type(e).__name__}}: {{e}}")
+        return op_failed(op_index, "initialize", e)
+    live.append((engine, target, optimizer))
 '''
 
 _ZERO_GRAD = '''
@@ -605,7 +554,7 @@ _OPERATIONS = schema.some("ops", {
 def forward(op_index, route):
     """A training forward, and its mse loss against a fixed random target."""
     global loss, loss_engine
-    x, y = batch(op_index)
+    x, y = micro_batch(op_index)
     loss = None
     try:
         out = run_forward(x, RouteCursor(route))
@@ -680,12 +629,7 @@ def _operation_helpers(plan):
     if plan.initializes == 1:  # no repeat to refuse: no I5 machinery
         parts.append(_INITIALIZE_ONCE)
     elif plan.initializes:
-        parts.append(_INITIALIZE.format(
-            fingerprint=inspect.getsource(oracles.fingerprint).strip("\n"),
-            token=inspect.getsource(oracles._token).strip("\n"),
-            fingerprint_changes=inspect.getsource(oracles.fingerprint_changes).strip("\n"),
-            refusal_text=REFUSAL_TEXT, refusal_pattern=REFUSAL_PATTERN,
-            refusal_types=", ".join(t.__name__ for t in REFUSAL_TYPES)))
+        parts.append(_INITIALIZE)
     parts += [_OPERATIONS[op] for op in _OPERATIONS if op in used]
     checks = ["check_user_attrs(op_index)"]
     if plan.placement.kind != "none":
@@ -697,22 +641,25 @@ def _operation_helpers(plan):
 
 
 def _constructor(plan, node):
+    features = plan.features
     children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
+    if node.kind == "Sequential" and plan.torch_sequential:
+        return f"nn.Sequential({children[1:-1]})"  # no route to hand on: torch's runs the same
     if not plan.runs_forward and node.kind in schema.some("node_kinds", "Sequential", "ModuleList"):
         # The same children under the same names; no forward runs through them.
         return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
     # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same
     # names (an engine sees the same modules and parameters; no route-taking classes).
     if not plan.runs_forward and node.kind == "Expert":
-        return "nn.ModuleDict({'linear': nn.Linear(FEATURES, FEATURES)})"
+        return f"nn.ModuleDict({{'linear': nn.Linear({features}, {features})}})"
     if not plan.runs_forward and node.kind == "MoE":
         return f"nn.ModuleDict({{'experts': nn.ModuleList({children})}})"
     return schema.every("node_kinds", {
-        "Linear": "nn.Linear(FEATURES, FEATURES" + ("" if node.bias else ", bias=False") + ")",
-        "LayerNorm": "nn.LayerNorm(FEATURES)",
+        "Linear": f"nn.Linear({features}, {features}" + ("" if node.bias else ", bias=False") + ")",
+        "LayerNorm": f"nn.LayerNorm({features})",
         "Tanh": "nn.Tanh()",
         "Offset": f"OffsetNode({tuple(node.shape)!r})",
-        "Expert": "ExpertNode(FEATURES)",
+        "Expert": f"ExpertNode({features})",
         "Sequential": f"SequentialNode({children})",
         "ModuleList": f"ModuleListNode({children})",
         "MoE": f"MoENode({children})",
@@ -757,14 +704,20 @@ def _build(plan, checks=("check",)):
                                         for _, key, source, _ in writes]
     else:
         lines.append(_dict_source({key: source for _, key, source, _ in writes}, "user_attrs"))
-    if all(p.requires_grad for p in built.root.parameters()) and plan.initializes:
-        lines.append(f"user_optimizer = {_optimizer_source(s, 'model.parameters()')}")
-    elif any(p.requires_grad for p in built.root.parameters()):
-        lines.append(f"user_optimizer = {_optimizer_source(s, 'trainable(model)')}")
-    else:
-        lines.append("user_optimizer = None  # the model has no trainable parameters")
+    optimizer = _user_optimizer_source(plan)
+    lines.append(f"user_optimizer = {optimizer}" + ("  # the model has no trainable parameters"
+                                                    if optimizer == "None" else ""))
     lines += _placement_setup(plan)
     return "\n".join(lines + [""] + [f"{check}(None)" for check in checks])
+
+
+def _user_optimizer_source(plan):
+    """The source of the user's optimizer over the model's trainable parameters, or "None"."""
+    params = [p.requires_grad for p in plan.built.root.parameters()]
+    if not any(params):
+        return "None"
+    return _optimizer_source(plan.scenario, "model.parameters()" if all(params) and plan.initializes
+                             else "trainable(model)")
 
 
 def _optimizer_source(scenario, params_source):
