@@ -43,7 +43,7 @@ struct Replay {
   Scenario scenario;
   bool reference_holds = false;
 };
-Replay decode(const Bytes& bytes) {
+Replay decode_seed(const Bytes& bytes) {
   Replay out;
   out.scenario = parse_scenario(to_json(scenario_from_bytes(bytes.data(), bytes.size())).dump());
   out.reference_holds = run_scenario(out.scenario, RunOptions{}).ok();
@@ -78,7 +78,7 @@ TEST(SeedCorpus, HoldsOnTheReferenceAndKillsEveryFault) {
   for (const auto& entry : std::filesystem::directory_iterator(ZEROCHECK_SCENARIO_OPS_CORPUS)) {
     if (entry.path().extension() != ".bin") continue;
     ++seeds;
-    const Replay replay = decode(read_file(entry.path()));
+    const Replay replay = decode_seed(read_file(entry.path()));
     EXPECT_TRUE(replay.reference_holds) << entry.path() << ": the reference engine fails it";
     for (const auto& info : zero3::fault_catalogue())
       if (kills(replay.scenario, info.fault)) killers[std::string(info.name)].push_back(entry.path().filename());
@@ -123,7 +123,7 @@ TEST(SeedCorpus, DISABLED_Regenerate) {
   for (size_t length = 0; length <= kLongest; length += kStep) {
     for (int round = 0; round < (length == 0 ? 1 : kRounds); ++round) {
       const Bytes bytes = candidate(length, round);
-      const Replay replay = decode(bytes);
+      const Replay replay = decode_seed(bytes);
       if (!replay.reference_holds) {
         ++rejected;  // a finding on the reference engine: not a seed (the replay tests would fail)
         continue;
@@ -145,7 +145,7 @@ TEST(SeedCorpus, DISABLED_Regenerate) {
   for (size_t length : {256, 448, 640})
     for (int round = 0; round < kRounds; ++round) {
       const Bytes bytes = candidate(length, round);
-      const Replay replay = decode(bytes);
+      const Replay replay = decode_seed(bytes);
       if (!replay.reference_holds) continue;
       long_ones.push_back({bytes, replay.scenario, {}, "long random"});
       break;
