@@ -497,12 +497,18 @@ void GatheredParameters::publish_edits() {
   if (published_) throw UsageError("GatheredParameters::publish_edits: called twice");
   state_->require_live("GatheredParameters::publish_edits");
   EngineState& s = *state_;
-  const bool own_copy = s.options.fault == Fault::gathered_edit_not_published;  // the planted fault
+  // The planted fault broadcasts as it should (the traffic is right) and keeps its own copy.
+  const bool own_copy = s.options.fault == Fault::gathered_edit_not_published;
+  auto broadcast = [&](at::Tensor& tensor) {
+    at::Tensor received = tensor.clone();
+    s.comm.broadcast(received, *modifier_rank_);
+    if (!own_copy) tensor = received;
+  };
   at::NoGradGuard no_grad;
   for (int64_t id : gathered_) {
     ManagedParam& p = *s.params.at(id);
     at::Tensor full = p.param.detach().to(p.master.scalar_type()).reshape({-1}).clone();
-    if (!own_copy) s.comm.broadcast(full, *modifier_rank_);
+    broadcast(full);
     p.param.detach().view({-1}).copy_(full);
     p.master.copy_(p.layout.shard_of(full, s.comm.rank()));
     s.partitioner.plant_padding_garbage(p);
@@ -510,7 +516,7 @@ void GatheredParameters::publish_edits() {
   for (int64_t id : persistent_) {
     ManagedParam& p = *s.params.at(id);
     at::Tensor whole = p.param.detach().clone();
-    if (!own_copy) s.comm.broadcast(whole, *modifier_rank_);
+    broadcast(whole);
     p.param.detach().copy_(whole);
   }
   published_ = true;
