@@ -22,9 +22,8 @@ Exit 77 (skipped) when TREE does not exist, or for master where the Python's tor
 import os
 import sys
 
-from upstream_support import (NEW_INVARIANTS, SKIP, arguments, check, read, run, signatures,
-                              triaged, verdicts)
-from upstream_faults_test import torch_2, version_of
+from upstream_support import (NEW_INVARIANTS, SKIP, check, read, run, signatures,
+                              triaged, verdicts, versioned_arguments)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDERS = [os.path.join(HERE, "scenarios", name)
@@ -51,13 +50,10 @@ SHOWS = {
 
 
 def main():
-    args = arguments()
+    args = versioned_arguments()
     if args is None:
         return SKIP
-    zerocheck, python, tree, work = args
-    version = version_of(tree)
-    if version == "master" and not torch_2(python):
-        return SKIP
+    zerocheck, python, tree, work, version = args
     out = os.path.join(work, "run")
     run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "90",
                     "--deepspeed-tree", tree, "--scenarios", *FOLDERS, "--out", out],

@@ -14,10 +14,10 @@ Exit 77 (skipped) when TREE does not exist, or for master where the Python's tor
 """
 
 import os
-import subprocess
 import sys
 
-from upstream_support import SKIP, Edit, arguments, check, patched_tree, read, run, verdicts
+from upstream_support import (SKIP, Edit, check, patched_tree, read, run, verdicts,
+                              versioned_arguments)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios", "upstream_faults")
@@ -153,20 +153,11 @@ NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_conf
 ABLATED = ("I3", "I4", "I6", "I9")
 
 
-def version_of(tree):
-    """"v0.14" for ../shared/deepspeed/v0.14.5, "master" for a later tree."""
-    with open(os.path.join(tree, "version.txt"), encoding="utf-8") as f:
-        return "v0.14" if f.read().startswith("0.14") else "master"
-
-
 def main():
-    args = arguments()
+    args = versioned_arguments()
     if args is None:
         return SKIP
-    zerocheck, python, tree, work = args
-    version = version_of(tree)
-    if version == "master" and not torch_2(python):
-        return SKIP
+    zerocheck, python, tree, work, version = args
     edits = [edit for _, _, by_version in FAULTS.values() for edit in by_version[version]]
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), edits,
                         f"planted faults ({version})")
@@ -214,15 +205,6 @@ def main():
         check(only, f"{off} is necessary: without it {', '.join(only) or 'nothing'} survives")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0
-
-
-def torch_2(python):
-    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
-                           capture_output=True, text=True).stdout.strip()
-    if major in ("0", "1"):
-        print(f"SKIPPED: DeepSpeed master needs torch >= 2; {python} has torch {major}.x")
-        return False
-    return True
 
 
 if __name__ == "__main__":

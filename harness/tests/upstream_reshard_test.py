@@ -27,9 +27,9 @@ import subprocess
 import sys
 import time
 
-from upstream_support import (SKIP, Edit, arguments, check, fail, patched_tree, read,
-                              signatures, triaged, verdicts)
-from upstream_faults_test import planted, torch_2, version_of
+from upstream_support import (SKIP, Edit, check, fail, patched_tree, read,
+                              signatures, triaged, verdicts, versioned_arguments)
+from upstream_faults_test import planted
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios", "upstream_reshard")
@@ -61,13 +61,10 @@ MOMENTUM = "sgd_load_world3"
 
 
 def main():
-    args = arguments()
+    args = versioned_arguments()
     if args is None:
         return SKIP
-    _, python, tree, work = args
-    version = version_of(tree)
-    if version == "master" and not torch_2(python):
-        return SKIP
+    _, python, tree, work, version = args
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"),
                         SLICE[version], f"planted reshard fault ({version})")
     out = os.path.join(work, "run")

@@ -51,6 +51,33 @@ def arguments():
     return zerocheck, python, tree, work
 
 
+def version_of(tree):
+    """"v0.14" for ../shared/deepspeed/v0.14.5, "master" for a later tree."""
+    with open(os.path.join(tree, "version.txt"), encoding="utf-8") as f:
+        return "v0.14" if f.read().startswith("0.14") else "master"
+
+
+def torch_2(python):
+    major = subprocess.run([python, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                           capture_output=True, text=True).stdout.strip()
+    if major in ("0", "1"):
+        print(f"SKIPPED: DeepSpeed master needs torch >= 2; {python} has torch {major}.x")
+        return False
+    return True
+
+
+def versioned_arguments():
+    """arguments() and the tree's version ("v0.14" or "master"), or None when the test is
+    skipped: no tree, or master with a Python whose torch is older than 2."""
+    args = arguments()
+    if args is None:
+        return None
+    version = version_of(args[2])
+    if version == "master" and not torch_2(args[1]):
+        return None
+    return (*args, version)
+
+
 def run(zerocheck, args, expect, env=None, timeout=240):
     command = [zerocheck, "upstream", *args]
     print("$", " ".join(command), flush=True)
