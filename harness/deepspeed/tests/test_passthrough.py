@@ -1,6 +1,7 @@
 """Replays in-process: the pass-through engine keeps every invariant; broken engines are caught."""
 
 import os
+import tempfile
 import unittest
 
 import torch
@@ -190,3 +191,16 @@ class BrokenEnginesAreCaught(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PassThroughAgainstTheTwin(unittest.TestCase):
+    """Supervised at world 2, where the dense twin checks the numbers (I3)."""
+
+    def test_a_step_before_the_accumulation_boundary_does_not_step_the_optimizer(self):
+        # gradient_accumulation_steps 2, one backward and one step: the twin does not step yet;
+        # a pass-through engine that stepped the optimizer anyway showed I3 on every parameter.
+        with tempfile.TemporaryDirectory() as out:
+            run = support.run_cli(["suite", "--adapter", "passthrough", "--world", "2", "--out", out,
+                                   "--scenarios", os.path.join(support.FIXTURES, "twin",
+                                                               "step_before_the_accumulation_boundary.json")])
+            self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])

@@ -163,6 +163,8 @@ class Adapter:
 class PassThroughEngine:
     module: torch.nn.Module
     optimizer: object
+    accumulation_steps: int = 1  # the config's gradient_accumulation_steps
+    micro_steps: int = 0
 
 
 class PassThroughAdapter(Adapter):
@@ -170,7 +172,8 @@ class PassThroughAdapter(Adapter):
 
     On several ranks it is data parallel as torch's DistributedDataParallel is: each backward's
     gradients are summed over the ranks (all_reduce) and divided by the world size, then added
-    to .grad; zero_grad sets them to None. The twin's TORCH rules.
+    to .grad; zero_grad sets them to None; the optimizer steps at each gradient accumulation
+    boundary. The twin's TORCH rules.
     """
 
     name = "passthrough"
@@ -191,7 +194,7 @@ class PassThroughAdapter(Adapter):
         clash = self._clash(model, optimizer)
         if clash:
             raise AlreadyInitialized(clash)
-        engine = PassThroughEngine(model, optimizer)
+        engine = PassThroughEngine(model, optimizer, config.get("gradient_accumulation_steps", 1))
         self._live.append(engine)
         return engine
 
@@ -226,7 +229,10 @@ class PassThroughAdapter(Adapter):
             p.grad = g if p.grad is None else p.grad.add_(g)
 
     def step(self, engine):
-        if engine.optimizer is not None:
+        # A step is a micro-step, as the config's gradient_accumulation_steps says (the twin's
+        # rules): the optimizer steps at every accumulation boundary only.
+        engine.micro_steps += 1
+        if engine.optimizer is not None and engine.micro_steps % engine.accumulation_steps == 0:
             engine.optimizer.step()
 
     def zero_grad(self, engine):
@@ -344,7 +350,7 @@ class FaultyAdapter(PassThroughAdapter):
 
     def initialize(self, model, optimizer, config):
         _number_modules_like_0_15_4(model)
-        return PassThroughEngine(model, optimizer)
+        return PassThroughEngine(model, optimizer, config.get("gradient_accumulation_steps", 1))
 
 
 def make_adapter(name):
