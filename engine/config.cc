@@ -68,10 +68,17 @@ Config Config::read(const JsonAt& at) {
 #undef ZERO3_READ_TOP
   if (at.has("zero_optimization")) {
     const JsonAt zero = at["zero_optimization"];
-    zero.object({}, names_of(zero_keys()));
+    std::vector<std::string> zero_allowed = names_of(zero_keys());
+    zero_allowed.push_back("offload_optimizer");
+    zero.object({}, zero_allowed);
 #define ZERO3_READ_ZERO(name, def, lo, hi, doc) read_int(zero, {#name, lo, hi}, config.zero_optimization.name);
     ZERO3_ZERO_INT_KEYS(ZERO3_READ_ZERO)
 #undef ZERO3_READ_ZERO
+    if (zero.has("offload_optimizer")) {
+      const JsonAt offload = zero["offload_optimizer"];
+      offload.object({}, {"device"});
+      if (offload.has("device")) config.zero_optimization.offload_optimizer_device = offload["device"].one_of(offload_devices());
+    }
   }
   if (at.has("zerocheck")) {
     const JsonAt own = at["zerocheck"];
@@ -91,6 +98,8 @@ json Config::to_json() const {
 #define ZERO3_WRITE_ZERO(name, def, lo, hi, doc) zero[#name] = zero_optimization.name;
   ZERO3_ZERO_INT_KEYS(ZERO3_WRITE_ZERO)
 #undef ZERO3_WRITE_ZERO
+  if (zero_optimization.offload_optimizer_device != "none")
+    zero["offload_optimizer"] = {{"device", zero_optimization.offload_optimizer_device}};
   out["zero_optimization"] = zero;
   if (placement.kind != PlacementSpec::Kind::none)
     out["zerocheck"] = {{"placement", placement_to_json(placement)}};
@@ -122,6 +131,11 @@ void Config::validate(int world_size, const std::string& path) const {
 #undef ZERO3_CHECK_TOP
 #undef ZERO3_CHECK_ZERO
   check_world_size(world_size, path);
+  if (zero_optimization.offload_optimizer_device != "none")
+    throw ConfigError(path + ".zero_optimization.offload_optimizer.device: \"" +
+                      zero_optimization.offload_optimizer_device +
+                      "\": zerocheck's engine keeps each optimizer shard beside its parameter shard and "
+                      "offloads nothing (use \"none\")");
 }
 
 std::string Config::describe_keys() {
@@ -139,6 +153,8 @@ std::string Config::describe_keys() {
   ZERO3_ZERO_INT_KEYS(ZERO3_ZERO)
 #undef ZERO3_TOP
 #undef ZERO3_ZERO
+  out << "  zero_optimization.offload_optimizer.device (default none): none, cpu or nvme; the engine "
+         "offloads nothing and refuses the others at initialize\n";
   out << "  zerocheck.placement (default none): {\"kind\": \"attr_mod\", \"attr\": NAME} or "
          "{\"kind\": \"map\", \"owners\": {PATH: RANK}}\n";
   return out.str();

@@ -39,9 +39,19 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(reduce_bucket_size, 500000000, 1, std::numeric_limits<int64_t>::max(),                     \
     "elements per gradient reduction bucket (validated; reductions run per parameter)")
 
+// DeepSpeed's names for where zero_optimization.offload_optimizer.device puts the optimizer's
+// state. The reader takes each (a DeepSpeed config reads); the engine offloads nothing, so
+// initialize refuses all but "none", once it has built its state over the model (a refusal
+// that must undo something: DeepSpeed refuses a client torch optimizer there just as late).
+inline const std::vector<std::string>& offload_devices() {
+  static const std::vector<std::string> all = {"none", "cpu", "nvme"};
+  return all;
+}
+
 struct ZeroOptimizationConfig {
 #define ZERO3_DECLARE_MEMBER(key, def, lo, hi, doc) int64_t key = def;
   ZERO3_ZERO_INT_KEYS(ZERO3_DECLARE_MEMBER)
+  std::string offload_optimizer_device = "none";  // "offload_optimizer": {"device": ...}
 };
 
 struct Config {

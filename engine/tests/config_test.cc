@@ -77,10 +77,33 @@ TEST(Config, TrainBatchSizeMustAgreeWithTheWorld) {
   EXPECT_THROW(c.check_world_size(3), ConfigError);
 }
 
+// DeepSpeed's offload section reads (a DeepSpeed config is taken as written), but the engine
+// offloads nothing: validation, which initialize runs once its state is built, refuses it.
+TEST(Config, ReadsAnOffloadDeviceAndRefusesAllButNoneAtValidation) {
+  Config c = Config::parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer_device, "cpu");
+  EXPECT_EQ(Config::from_json(c.to_json()).zero_optimization.offload_optimizer_device, "cpu");
+  try {
+    c.validate(2);
+    ADD_FAILURE() << "an offload to the cpu passed validation";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("$.zero_optimization.offload_optimizer.device: \"cpu\": ", 0), 0u)
+        << e.what();
+  }
+  Config none = Config::parse(R"({"zero_optimization": {"offload_optimizer": {"device": "none"}}})");
+  EXPECT_NO_THROW(none.validate(2));
+  EXPECT_FALSE(none.to_json()["zero_optimization"].contains("offload_optimizer"));
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})"),
+            "$.zero_optimization.offload_optimizer.device: unknown value \"gpu\" (expected one of: none, cpu, nvme)");
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"offload_optimizer": {"pin_memory": true}}})"),
+            "$.zero_optimization.offload_optimizer.pin_memory: unknown key (expected one of: device)");
+}
+
 TEST(Config, DescribesEveryKey) {
   const std::string text = Config::describe_keys();
   for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                          "zero_optimization.stage3_param_persistence_threshold"})
+                          "zero_optimization.stage3_param_persistence_threshold",
+                          "zero_optimization.offload_optimizer.device"})
     EXPECT_NE(text.find(key), std::string::npos) << key;
 }
 

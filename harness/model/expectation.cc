@@ -172,6 +172,7 @@ zero3::Config config_with_error(const zero3::Config& config, schema::ConfigError
       bad.train_micro_batch_size_per_gpu = 0;
       bad.train_batch_size = 0;  // one thing wrong: a set batch size would disagree as well
       break;
+    case schema::ConfigErrorKind::offload_optimizer: bad.zero_optimization.offload_optimizer_device = "cpu"; break;
   }
   return bad;
 }

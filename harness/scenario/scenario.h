@@ -127,7 +127,7 @@ nlohmann::json to_json(const Scenario& scenario);
 
 // Throws ScenarioError naming the JSON path of the first rule `scenario` breaks: every rule of
 // the format (kinds, keys per kind and operation, limits, children, parameter names, attribute
-// names and values, learning rate, placement ranks, train_batch_size). The reader calls it, so a
+// names and values, learning rate, placement ranks, train_batch_size, no offload). The reader calls it, so a
 // scenario built in memory (drawn, decoded, shrunk) meets the same rules as a file.
 void validate(const Scenario& scenario);
 

@@ -145,7 +145,10 @@ inline const std::vector<std::string>& initialize_optimizers() {
 #define ZEROCHECK_CONFIG_ERRORS(X)                                                                    \
   X(train_batch_size, "train_batch_size is one more than micro batch * accumulation * world size") \
   X(zero_stage, "zero_optimization.stage is 4, a stage that does not exist")                        \
-  X(micro_batch, "train_micro_batch_size_per_gpu is 0")
+  X(micro_batch, "train_micro_batch_size_per_gpu is 0")                                             \
+  X(offload_optimizer,                                                                              \
+    "zero_optimization.offload_optimizer.device is cpu with the client's torch optimizer; refused "  \
+    "after the engine is built over the model")
 
 enum class ConfigErrorKind {
   none,  // a valid initialize: the op has no config_error

@@ -27,7 +27,11 @@ json config_keys() {
   ZERO3_ZERO_INT_KEYS(ZEROCHECK_ZERO_ROW)
 #undef ZEROCHECK_TOP_ROW
 #undef ZEROCHECK_ZERO_ROW
-  return {{"top", top}, {"zero_optimization", zero}, {"sections", zero3::Config::sections()}, {"zerocheck", {"placement"}}};
+  return {{"top", top},
+          {"zero_optimization", zero},
+          {"offload_optimizer_devices", zero3::offload_devices()},
+          {"sections", zero3::Config::sections()},
+          {"zerocheck", {"placement"}}};
 }
 
 json node_kinds_json() {

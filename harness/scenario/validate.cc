@@ -113,7 +113,14 @@ void placement(const std::string& path, const zero3::PlacementSpec& spec, int wo
     zero3::check_range(zero3::key_path(owners, module), rank, 0, world_size - 1, throw_scenario_error);
 }
 
-void train_batch_size(const std::string& config_path, const zero3::Config& config, int world_size) {
+void config_every_engine_takes(const std::string& config_path, const zero3::Config& config, int world_size) {
+  // A scenario's config is one every engine takes: an offload our engine refuses is a
+  // config_error of an initialize, not the scenario's setting.
+  if (config.zero_optimization.offload_optimizer_device != "none")
+    throw_scenario_error(config_path + ".zero_optimization.offload_optimizer.device: \"" +
+                         config.zero_optimization.offload_optimizer_device +
+                         "\": a scenario's config must be valid on every engine; give an initialize "
+                         "\"config_error\": \"offload_optimizer\" instead");
   try {
     config.check_world_size(world_size, config_path);
   } catch (const zero3::ConfigError& e) {
@@ -243,7 +250,7 @@ void validate(const Scenario& s) {
   rules::learning_rate("$.optimizer.lr", s.lr);
   if (s.config.placement.kind != zero3::PlacementSpec::Kind::none)
     rules::fail("$.config.zerocheck.placement", "a scenario's policy belongs in Scenario::placement");
-  rules::train_batch_size("$.config", s.config, s.world_size);
+  rules::config_every_engine_takes("$.config", s.config, s.world_size);
   rules::placement("$.placement", s.placement, s.world_size);
   rules::count_within("$.tree", s.tree.size(), schema::limits::nodes);
   for (size_t i = 0; i < s.tree.size(); ++i) validate_node(s, i);

@@ -47,7 +47,7 @@ def found(result, invariant):
 
 
 class InvalidConfig(unittest.TestCase):
-    NAMES = ("train_batch_size", "zero_stage", "micro_batch")
+    NAMES = ("train_batch_size", "zero_stage", "micro_batch", "offload_optimizer")
 
     def test_refused_and_nothing_changed(self):
         for name in self.NAMES:

@@ -23,6 +23,16 @@ UPSTREAM_CODE = textwrap.dedent("""\
 
     def fail():
         raise ValueError("upstream says no")
+
+    def hook(module):
+        return module.register_forward_pre_hook(lambda m, inputs: None)
+
+    class Engine:
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+        def prologue(self):
+            return self.timers
     """)
 
 
@@ -67,6 +77,24 @@ class AuditTest(unittest.TestCase):
         module = self.model[0]
         module.__dict__["id"] = 5
         self.assertIsNone(self.audit.last(module, "id"))
+
+    def test_a_hook_registered_upstream_is_named_under_the_hook_dict(self):
+        module = self.model[0]
+        module.register_forward_pre_hook(lambda m, inputs: None)  # the user's: nobody upstream
+        self.assertIsNone(self.audit.last(module, "_forward_pre_hooks"))
+        self.upstream.hook(module)
+        hooked = self.audit.last(module, "_forward_pre_hooks")
+        self.assertEqual((hooked.function, hooked.line, hooked.action), ("hook", 13, "registered"))
+        self.assertIsNone(self.audit.last(module, "_forward_hooks"))
+        self.audit.uninstall()
+        self.assertFalse(hasattr(torch.nn.Module.register_forward_pre_hook, "__wrapped__"))
+
+    def test_an_attribute_error_of_getattr_is_its_readers(self):
+        try:
+            self.upstream.Engine().prologue()
+        except AttributeError as e:
+            origin = self.audit.files.raiser(e)
+        self.assertEqual((origin.function, origin.line), ("prologue", 20))
 
     def test_uninstall_restores_the_classes(self):
         self.audit.uninstall()

@@ -54,6 +54,17 @@ class Signatures(unittest.TestCase):
         self.assertEqual(signature(wrong),
                          "I5 initialize: repeated initialize failed, not refused: IndexError: list index N out of range")
 
+    def test_an_invalid_config_is_not_called_a_repeated_initialize(self):
+        config = dict(invariant="I5", attribute="invalid config", exception=None)
+        self.assertEqual(signature(finding(**config, actual="accepted")),
+                         "I5 initialize: an invalid config accepted")
+        self.assertEqual(signature(finding(**dict(config, exception="KeyError: 'x'"))),
+                         "I5 initialize: an invalid config failed, not as a configuration error: "
+                         "KeyError: 'x'")
+        self.assertEqual(signature(finding(**config, actual=["module '' attribute "
+                                                             "'_forward_pre_hooks': changed"])),
+                         "I5 initialize: an invalid config changed the model or optimizers")
+
     def test_slugs_are_file_names_and_distinct(self):
         a, b = slug("I1 initialize: attribute 'id'"), slug("I1 initialize: attribute 'ID'")
         self.assertNotEqual(a, b)

@@ -9,7 +9,7 @@ section (a placement policy, engine/placement.h) is validated and kept apart.
 
 from . import schema
 from .placement import Placement, read_placement
-from .strict_json import fail, key_path, read_int, read_object
+from .strict_json import fail, key_path, read_enum, read_int, read_object
 
 # The keys as the engine's table lists them: name, default, lo, hi, doc.
 TOP_LEVEL_INT_KEYS = schema.CONFIG_TOP_KEYS
@@ -23,6 +23,20 @@ def _read_int_keys(value, path, keys, sections=()):
             if k.name in value else k.default for k in keys}
 
 
+def _read_no_offload(value, path):
+    """An offload section is read as C++ reads it, and refused unless its device is "none" (as
+    the C++ scenario reader does): a scenario's config is one every engine takes, and zerocheck's
+    engine offloads nothing. DeepSpeed is given an offload only by the config_error
+    "offload_optimizer" of an initialize."""
+    read_object(value, path, optional=("device",))
+    if "device" in value:
+        device_path = key_path(path, "device")
+        device = read_enum(value["device"], device_path, schema.OFFLOAD_DEVICES)
+        if device != "none":
+            fail(device_path, f'"{device}": a scenario\'s config must be valid on every engine; '
+                              f'give an initialize "config_error": "offload_optimizer" instead')
+
+
 def read_config(value, path, world_size):
     """Returns (effective DeepSpeed config, Placement from the "zerocheck" section) at `path`.
 
@@ -30,8 +44,11 @@ def read_config(value, path, world_size):
     naming the culprit's path.
     """
     config = _read_int_keys(value, path, TOP_LEVEL_INT_KEYS, schema.CONFIG_SECTIONS)
-    config["zero_optimization"] = _read_int_keys(value.get("zero_optimization", {}),
-                                                 key_path(path, "zero_optimization"), ZERO_INT_KEYS)
+    zero = value.get("zero_optimization", {})
+    zero_path = key_path(path, "zero_optimization")
+    config["zero_optimization"] = _read_int_keys(zero, zero_path, ZERO_INT_KEYS, ("offload_optimizer",))
+    if isinstance(zero, dict) and "offload_optimizer" in zero:
+        _read_no_offload(zero["offload_optimizer"], key_path(zero_path, "offload_optimizer"))
 
     # zerocheck's own section (engine/placement.h) is not DeepSpeed's: read it, never forward it.
     placement = Placement()

@@ -95,12 +95,17 @@ class DeepSpeedAdapter(Adapter):
     def is_config_error(self, exception):
         # What DeepSpeed raises for a config it cannot use, v0.14.5 and master alike: its config
         # module's AssertionErrors (_batch_assertion, ...), pydantic's ValidationError (the
-        # config models, pydantic 1 and 2 alike by name) and its DeepSpeedConfigError.
-        try:
-            from deepspeed.runtime.config import DeepSpeedConfigError
-            types = (AssertionError, DeepSpeedConfigError)
-        except ImportError:  # a DeepSpeed without it (the tests' stub)
-            types = (AssertionError,)
+        # config models, pydantic 1 and 2 alike by name), its DeepSpeedConfigError, and the
+        # ZeRORuntimeException of a setting its ZeRO cannot run with the given optimizer
+        # (_configure_optimizer: offload with a client torch optimizer; the message names the key).
+        types = [AssertionError]
+        for module, name in (("deepspeed.runtime.config", "DeepSpeedConfigError"),
+                             ("deepspeed.runtime.zero.utils", "ZeRORuntimeException")):
+            try:  # a DeepSpeed without it (the tests' stub) has fewer
+                types.append(getattr(__import__(module, fromlist=[name]), name))
+            except (ImportError, AttributeError):
+                pass
+        types = tuple(types)
         return isinstance(exception, types) or any(
             cls.__name__ == "ValidationError" and cls.__module__.startswith("pydantic")
             for cls in type(exception).__mro__)

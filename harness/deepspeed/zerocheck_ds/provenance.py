@@ -7,7 +7,10 @@ object costs one set lookup) records the innermost frame inside the upstream pac
 relative to the package's parent folder ("deepspeed/runtime/zero/parameter_offload.py"), its
 function and line. A write by code outside the package (the user's own) records None, so the
 last writer of a clobbered attribute is whoever clobbered it. `raiser` finds the innermost
-upstream frame of an exception's traceback the same way; it needs no audit.
+upstream frame of an exception's traceback the same way; it needs no audit. A hook registered on a
+watched module (nn.Module.register_*_hook, wrapped the same way) is recorded under the module's
+hook dict ("_forward_pre_hooks", ...), the attribute the I5 fingerprint sees change: a failed
+initialize that leaves its hooks on the model names the code that put them there.
 
 What the audit cannot see: writes that bypass __setattr__ (`obj.__dict__[name] = v`,
 `object.__setattr__`); those findings carry no origin and say so.
@@ -24,7 +27,7 @@ class Origin:
     file: str  # relative to the upstream package's parent: "deepspeed/runtime/engine.py"
     function: str
     line: int
-    action: str = "wrote"  # "wrote", "deleted" or "raised"
+    action: str = "wrote"  # "wrote", "deleted", "registered" (a hook) or "raised"
     path: str = field(default="", compare=False)  # the file as imported, for its source line
 
     def describe(self):
@@ -76,16 +79,30 @@ class UpstreamFiles:
         return None
 
     def raiser(self, exception):
-        """The innermost upstream frame of the exception's traceback, or None."""
+        """The innermost upstream frame of the exception's traceback, or None. An AttributeError
+        raised by a `__getattr__` is the reader's: the frame that read the missing attribute
+        (DeepSpeedEngine.__getattr__ raises for every name; who asked for it is the cause)."""
         found = None
         tb = getattr(exception, "__traceback__", None)
         while tb is not None:
             name = self.relative(tb.tb_frame.f_code.co_filename)
-            if name is not None:
+            if name is not None and not (isinstance(exception, AttributeError) and found
+                                         and tb.tb_frame.f_code.co_name == "__getattr__"):
                 found = Origin(name, tb.tb_frame.f_code.co_name, tb.tb_lineno, "raised",
                                tb.tb_frame.f_code.co_filename)
             tb = tb.tb_next
         return found
+
+
+# nn.Module's hook registrations, and the dicts each adds to (torch 2's `with_kwargs` hooks go into
+# a second dict as well).
+_HOOK_DICTS = {
+    "register_forward_pre_hook": ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs"),
+    "register_forward_hook": ("_forward_hooks", "_forward_hooks_with_kwargs"),
+    "register_full_backward_hook": ("_backward_hooks",),
+    "register_backward_hook": ("_backward_hooks",),
+    "register_full_backward_pre_hook": ("_backward_pre_hooks",),
+}
 
 
 class Audit:
@@ -107,6 +124,12 @@ class Audit:
                 # shows through again.
                 self._installed.append((cls, method, cls.__dict__.get(method)))
                 setattr(cls, method, self._wrap(getattr(cls, method), action))
+        for method, dicts in _HOOK_DICTS.items():
+            if hasattr(torch.nn.Module, method):  # torch 1.13 lacks the backward pre-hook
+                self._installed.append((torch.nn.Module, method,
+                                        torch.nn.Module.__dict__.get(method)))
+                setattr(torch.nn.Module, method,
+                        self._wrap_hook(getattr(torch.nn.Module, method), dicts))
 
     def uninstall(self):
         for cls, method, own in reversed(self._installed):
@@ -123,6 +146,19 @@ class Audit:
             original(obj, name, *value)
             if id(obj) in watched:
                 last[(id(obj), name)] = files.innermost_frame(sys._getframe(1), action)
+        audited.__wrapped__ = original
+        return audited
+
+    def _wrap_hook(self, original, dicts):
+        watched, last, files = self._watched, self._last, self.files
+
+        def audited(module, *args, **kwargs):
+            handle = original(module, *args, **kwargs)
+            if id(module) in watched:
+                origin = files.innermost_frame(sys._getframe(1), "registered")
+                for name in dicts:
+                    last[(id(module), name)] = origin
+            return handle
         audited.__wrapped__ = original
         return audited
 

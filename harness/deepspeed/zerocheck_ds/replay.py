@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from . import checkpoints, config_errors, numerics, oracles, provenance, reshard, schema, seeded
 from .ledger import AttributeLedger, ObjectKey, WriteSkipped
+from .signatures import INVALID_CONFIG
 from .tree import RouteCursor, build_tree, run_module
 from .verdict import NEW_INVARIANTS, Finding, Tally
 
@@ -303,20 +304,21 @@ class Replay:
         findings = []
         if exception is None:
             findings.append(Finding(
-                invariant="I5", op_index=index, op=op.op, expected="refused", actual="accepted",
-                message=f"{what} was accepted"))
+                invariant="I5", op_index=index, op=op.op, attribute=INVALID_CONFIG,
+                expected="refused", actual="accepted", message=f"{what} was accepted"))
         elif not self.adapter.is_config_error(exception):
             findings.append(Finding(
-                invariant="I5", op_index=index, op=op.op, expected="a configuration error",
-                actual=type(exception).__name__,
+                invariant="I5", op_index=index, op=op.op, attribute=INVALID_CONFIG,
+                expected="a configuration error", actual=type(exception).__name__,
                 exception=f"{type(exception).__name__}: {exception}",
                 message=f"{what} failed with {type(exception).__name__}: {exception}, not as a "
                         f"configuration error"))
         if changes:
             findings.append(Finding(
-                invariant="I5", op_index=index, op=op.op, attribute="invalid config",
+                invariant="I5", op_index=index, op=op.op, attribute=INVALID_CONFIG,
                 expected="nothing changed", actual=changes[:20],
                 message=f"{what} changed the model or optimizers: {'; '.join(changes[:5])}"))
+            self._changed_by(findings[-1], changes)
         self._report(findings)
         if self.numerics is not None and (exception is None or changes):
             self.numerics.stop("an initialize with an invalid config was accepted or changed "

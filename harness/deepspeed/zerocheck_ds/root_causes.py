@@ -39,7 +39,8 @@ def cause_title(finding, first_i3=None):
     stage = re.search(r" \[ZeRO stage \d\]$", finding.get("signature", ""))
     suffix = stage.group(0) if stage else ""
     if origin and invariant not in NEW_INVARIANTS:
-        verb = "raised in" if origin.get("action") == "raised" else "written by"
+        verb = {"raised": "raised in", "registered": "hook registered by"}.get(
+            origin.get("action"), "written by")
         return f"{invariant}: {verb} {origin['file']} {origin['function']}(){suffix}"
     if invariant == "I3":
         return (f"I3 {finding.get('op') or 'build'}: {finding.get('attribute')} first differs "

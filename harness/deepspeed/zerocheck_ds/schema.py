@@ -72,6 +72,7 @@ def _config_keys(rows):
 CONFIG_TOP_KEYS = _config_keys(RAW["config_keys"]["top"])
 CONFIG_ZERO_KEYS = _config_keys(RAW["config_keys"]["zero_optimization"])
 CONFIG_SECTIONS = tuple(RAW["config_keys"]["sections"])
+OFFLOAD_DEVICES = tuple(RAW["config_keys"]["offload_optimizer_devices"])
 ZEROCHECK_SECTION_KEYS = tuple(RAW["config_keys"]["zerocheck"])
 
 ATTRIBUTE_NAME_MAX_BYTES = RAW["attribute_name_max_bytes"]

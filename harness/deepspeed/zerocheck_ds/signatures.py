@@ -40,6 +40,10 @@ def normalise_exception(text):
     return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE] + "…"
 
 
+# The attribute of I5's findings about an initialize with a config_error (replay.py).
+INVALID_CONFIG = "invalid config"
+
+
 def signature(finding, stage=None):
     """Returns the signature of a finding (a dict as verdict files hold them) in a run of `stage`
     (None or 3: the scenarios' own)."""
@@ -64,6 +68,12 @@ def _signature(finding):
         by = f"by {attribute!r}" if attribute else "by map"
         return f"I2 {op}: placement {by}{where} changed"
     if invariant == "I5":
+        if attribute == INVALID_CONFIG:  # an initialize with a config_error
+            if finding.get("actual") == "accepted":
+                return f"I5 {op}: an invalid config accepted"
+            if exception:
+                return f"I5 {op}: an invalid config failed, not as a configuration error: {exception}"
+            return f"I5 {op}: an invalid config changed the model or optimizers"
         if attribute:  # "training still runs after a ... initialize"
             return f"I5 {op}: not true that {attribute}: {exception}"
         if exception:

@@ -105,7 +105,8 @@ const std::vector<Row<schema::ConfigErrorKind>> kConfigErrors = {
     {8, schema::ConfigErrorKind::none},
     {1, schema::ConfigErrorKind::train_batch_size},
     {1, schema::ConfigErrorKind::zero_stage},
-    {1, schema::ConfigErrorKind::micro_batch}};
+    {1, schema::ConfigErrorKind::micro_batch},
+    {1, schema::ConfigErrorKind::offload_optimizer}};
 // A gather's edit: exact in binary, so the twin's product is the engine's.
 const std::vector<Row<double>> kScales = {{2, 2.0}, {2, 0.5}, {1, -1.0}};
 enum class Target { root, the_module };
