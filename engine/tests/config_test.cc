@@ -43,7 +43,7 @@ TEST(Config, ErrorsNameTheJsonPathInTheOneConvention) {
   EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 2}})"), "$.zero_optimization.stage: value 2 is out of range [3, 3]");
   EXPECT_EQ(error_of(R"({"zero_optimization": {"stag": 3}})"),
             "$.zero_optimization.stag: unknown key (expected one of: stage, stage3_param_persistence_threshold, "
-            "reduce_bucket_size)");
+            "reduce_bucket_size, offload_optimizer)");
   EXPECT_EQ(error_of(R"({"train_micro_batch_size": 1})").rfind("$.train_micro_batch_size: unknown key (expected one of: "
                                                                 "train_micro_batch_size_per_gpu,", 0), 0u);
   EXPECT_EQ(error_of(R"({"steps_per_print": true})"), "$.steps_per_print: expected an integer, got boolean");
