@@ -3,11 +3,15 @@ that gives a script only what it uses."""
 
 import io
 import contextlib
+import os
 import unittest
 
 import torch
 
-from zerocheck_ds import repro_runtime as rt, seeded
+from zerocheck_ds import repro_runtime as rt, seeded, tree, twin
+from zerocheck_ds.scenario import load_scenario
+
+from . import support  # noqa: F401 - puts the package on sys.path
 from zerocheck_ds.repro_script import code_lines
 
 
@@ -179,6 +183,66 @@ class PlainTraining(unittest.TestCase):
         self.assertFalse(torch.equal(before, module.weight))
         engine.zero_grad()
         self.assertTrue(module.weight.grad is None or not module.weight.grad.any())
+
+
+class TwinOfAScript(unittest.TestCase):
+    """rt.Twin is twin.DenseTwin where a script uses it (gradient_accumulation_steps 1, one engine
+    over the root): the same values bit for bit, under DeepSpeed's rules and plain PyTorch's."""
+
+    OPS = [("forward", [0]), ("backward",), ("step",), ("zero_grad",), ("forward", [1]),
+           ("backward",), ("zero_grad",), ("step",), ("forward", [1]), ("backward",),
+           ("forward", [0]), ("backward",), ("step",)]
+
+    def setUp(self):
+        path = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios", "upstream_bugs",
+                            "expert_skipped_by_route.json")
+        self.scenario = load_scenario(path)
+        rt.SEED, rt.BATCH, rt.FEATURES = self.scenario.seed, self.scenario.batch, self.scenario.features
+        rt.WORLD_SIZE, rt.RANK, rt.RouteCursor = 2, 1, tree.RouteCursor
+        self.addCleanup(setattr, rt, "WORLD_SIZE", 1)
+        self.addCleanup(setattr, rt, "RANK", 0)
+
+    def model(self):
+        module = tree.build_tree(self.scenario).root
+        rt.fill_parameters(module, self.scenario.seed)
+        return module
+
+    def test_equals_the_dense_twin_bit_for_bit(self):
+        for deepspeed, training in ((True, twin.deepspeed_training(3, "loss")), (False, twin.TORCH)):
+            with self.subTest(deepspeed=deepspeed):
+                ours = self.model()
+                ours_twin = rt.Twin(ours, torch.optim.Adam(rt.trainable(ours), lr=0.01), deepspeed)
+                dense = twin.DenseTwin(self.model(), 2, training, 1,
+                                       lambda params: torch.optim.Adam(params, lr=0.01), tree.run_module)
+                dense.start("")
+                for i, (op, *route) in enumerate(self.OPS):
+                    if op == "forward":
+                        loss = ours_twin.forward(i, route[0])
+                        losses = dense.forward([rt.micro_batch(i, r) for r in range(2)],
+                                               lambda: tree.RouteCursor(route[0]))
+                        self.assertEqual(loss, losses[1])
+                    else:
+                        getattr(ours_twin, op)()
+                        getattr(dense, op)()
+                    for name, value in dense.values().items():
+                        self.assertTrue(torch.equal(dict(ours.named_parameters())[name], value),
+                                        (deepspeed, i, op, name))
+
+    def test_a_difference_is_an_I3_failure_naming_the_parameter_once(self):
+        rt.failures.clear()
+        rt.model, rt.PLAIN = self.model(), True
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        rt.twin = rt.Twin(self.model(), None, True)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rt.check_twin(3)
+            with torch.no_grad():
+                next(rt.model.parameters()).view(-1)[0] += 1
+            rt.check_twin(3)
+            rt.check_twin(4)  # still differs: reported once
+            rt.check_loss(5, 0.5, 0.25)
+        self.assertEqual([(f[0], f[1]) for f in rt.failures], [("I3", "value"), ("I3", "loss")])
+        first = next(name for name, _ in rt.model.named_parameters())
+        self.assertIn(f"op 3: parameter {first!r} differs from the dense twin's", rt.failures[0][4])
 
 
 class RepeatedInitialize(unittest.TestCase):

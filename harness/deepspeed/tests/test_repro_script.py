@@ -13,7 +13,7 @@ import tempfile
 import unittest
 
 from . import support
-from zerocheck_ds.repro_script import code_lines, repro_script_text, write_repro_script
+from zerocheck_ds.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
 
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]
@@ -318,6 +318,57 @@ def matches(goal, finding):
     if goal["attribute"] is not None and finding["attribute"] != goal["attribute"]:
         return False
     return goal["invariant"] != "op" or finding["actual"] == goal["exception_type"]
+
+
+class TwinScript(unittest.TestCase):
+    """I3's scripts carry the dense twin (repro_runtime.Twin): within the budget, standalone, and
+    plain PyTorch's data parallelism over one or two ranks does not reproduce (the upstream ctest
+    shows DeepSpeed v0.14.5 reproducing the stale gradient with the same script)."""
+
+    STALE = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios",
+                         "upstream_bugs", "expert_skipped_by_route.json")
+    GOAL = target("I3", op_index=7, op="step", attribute="value")
+    setUp, tearDown, write, run_scripts = (ReproScript.setUp, ReproScript.tearDown,
+                                           ReproScript.write, ReproScript.run_scripts)
+
+    def test_within_the_budget_and_standalone(self):
+        text = repro_script_text(self.STALE, self.GOAL)
+        self.assertLessEqual(code_lines(text), TWIN_BUDGET)
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module.split(".")[0])
+        self.assertLessEqual(imported, ALLOWED_IMPORTS)
+        for present in ("class Twin", "def check_twin(", "twin.step()", "RouteCursor([1])",
+                        "check_twin(7)"):
+            self.assertIn(present, text)
+        self.assertNotIn("check_twin(11)", text)  # it ends at the finding's operation
+
+    def test_plain_data_parallelism_does_not_reproduce_on_one_or_two_ranks(self):
+        script = self.write(self.STALE, self.GOAL)
+        one, = self.run_scripts([script], ["--plain"])
+        self.assertEqual((one.returncode, one.stdout), (0, "NOT REPRODUCED test I3\n"), one.stderr)
+        port = str(29600 + os.getpid() % 300)
+        procs = [subprocess.Popen([sys.executable, script, "--plain"], cwd=self.dir, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=script_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                 for r in range(2)]
+        for r, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=120)
+            self.assertEqual((proc.returncode, out), (0, f"[rank {r}] NOT REPRODUCED test I3\n"),
+                             err)
+
+    def test_outside_the_twin_form_there_is_no_script_and_no_silent_one(self):
+        self.assertTrue(scripts_for(self.STALE, self.GOAL))
+        for goal, stage in ((target("I3", op_index=None), 3), (self.GOAL, 2),
+                            (target("I4", op_index=7), 3)):
+            with self.subTest(goal=goal["invariant"], stage=stage):
+                self.assertFalse(scripts_for(self.STALE, goal, stage))
+        with self.assertRaisesRegex(ValueError, "dense-twin form"):
+            repro_script_text(self.STALE, self.GOAL, stage=2)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 from .outcomes import outcome_findings
-from .repro_script import TARGET_INVARIANTS, write_repro_script
+from .repro_script import scripts_for, write_repro_script
 from .shrink import shrink, size
 from .signatures import signature, slug
 
@@ -122,13 +122,14 @@ def minimise_all(supervisor, run):
         # The finding as the minimal scenario shows it (op index, path) is what the script checks.
         trials.still_fails(result.scenario)
         repro_path = os.path.join(args.out, "repro", f"{name}.py")
-        if trials.finding["invariant"] in TARGET_INVARIANTS:
+        target = _repro_target(sig, trials.finding)
+        if scripts_for(minimal_path, target, args.stage):
             os.makedirs(os.path.dirname(repro_path), exist_ok=True)
-            write_repro_script(minimal_path, _repro_target(sig, trials.finding), repro_path,
-                               args.stage, produced_on(args, supervisor.version))
+            write_repro_script(minimal_path, target, repro_path, args.stage,
+                               produced_on(args, supervisor.version))
             repro_command = script_command(args, supervisor.cwd, repro_path,
                                            result.scenario["world_size"])
-        else:  # I3, I4, I9: the replay command reproduces it (the script needs the twin)
+        else:  # I4, I9, an I3 outside the twin form: the replay command reproduces it
             repro_path = repro_command = None
         run.minimal[sig] = {
             "scenario": minimal_path, "repro": repro_path, "reproducible": True,

@@ -9,7 +9,7 @@ declared here with neutral values so that this module imports and its tests can 
 (SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name) ->
 the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`, `OWNERS`,
 `SCENARIO_WORLD_SIZE`, `PREFIX`, `SIGNATURE`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
-`CONFIG`. torch and the standard library only: a script never imports zerocheck_ds.
+`CONFIG`, `WORLD_SIZE` and `twin` (a Twin, in scripts that need the dense twin: I3). torch and the standard library only: a script never imports zerocheck_ds.
 """
 
 import ast
@@ -20,6 +20,7 @@ import re
 import sys
 
 import torch
+import torch.nn.functional as F
 
 
 # The attribute does not exist (the user deleted it): a value of its own kind, shown as <absent>.
@@ -37,6 +38,8 @@ PREFIX = ""
 SIGNATURE = ""
 PLAIN = False
 SEED, RANK, BATCH, FEATURES = 0, 0, 1, 1
+WORLD_SIZE = 1
+twin = None
 CONFIG = {}
 failures = []  # (invariant, attribute, expected, actual, "where: text"), in the order seen
 _reported = set()
@@ -193,6 +196,117 @@ class PlainEngine:
         loss.backward()
 
 
+class DataParallelEngine(PlainEngine):
+    """PlainEngine over WORLD_SIZE processes, as plain PyTorch's data parallelism trains: each
+    backward's gradients summed over the ranks (torch.distributed, Gloo), then / WORLD_SIZE, and
+    accumulated into .grad until zero_grad drops them."""
+
+    def __init__(self, module, optimizer):
+        super().__init__(module, optimizer)
+        self.zero_grad = lambda: optimizer.zero_grad(set_to_none=True)  # 1.13 zeroes by default
+        if WORLD_SIZE > 1 and not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("gloo")
+
+    def __call__(self, *inputs):
+        return self.module(*inputs)
+
+    def backward(self, loss):
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+            if g is not None:
+                if WORLD_SIZE > 1:
+                    torch.distributed.all_reduce(g)
+                g = g / WORLD_SIZE
+                p.grad = g if p.grad is None else p.grad + g
+
+
+class Twin:
+    """The dense twin of a script that trains through the root's engine with
+    gradient_accumulation_steps 1 (twin.py's DenseTwin for that case): every rank's micro-batch
+    through one copy, each rank's gradient reduced as the engine reduces it (DeepSpeed: each / N,
+    summed in rank order; a parameter without gradient stepped with zeros; gradients start afresh
+    after each step, zero_grad changes nothing. Plain PyTorch: summed, then / N; a parameter
+    without gradient not stepped; zero_grad drops them), the optimizer stepping whole tensors."""
+
+    def __init__(self, module, optimizer, deepspeed):
+        self.module, self.optimizer, self.deepspeed = module, optimizer, deepspeed
+        self.params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.losses, self.reduced = [], {}
+
+    def forward(self, op_index, route=None):
+        """Every rank's loss of operation `op_index`, each forward taking `route` afresh (an MoE's;
+        RouteCursor is the script's, from tree.py); returns this rank's (a float)."""
+        batches = [micro_batch(op_index, r) for r in range(WORLD_SIZE)]
+        self.losses = [F.mse_loss(self.module(x) if route is None
+                                  else self.module(x, RouteCursor(route)), y) for x, y in batches]
+        return self.losses[RANK].item()
+
+    def backward(self):
+        grads = [torch.autograd.grad(loss, [p for _, p in self.params], allow_unused=True)
+                 for loss in self.losses]
+        self.losses = []
+        for i, (name, _) in enumerate(self.params):
+            total = None
+            for g in (g[i] for g in grads if g[i] is not None):
+                part = g / WORLD_SIZE if self.deepspeed else g
+                total = part.clone() if total is None else total.add_(part)
+            if total is not None:
+                total = total if self.deepspeed else total / WORLD_SIZE
+                self.reduced[name] = total if name not in self.reduced else self.reduced[name] + total
+
+    def step(self):
+        with torch.no_grad():
+            for name, p in self.params:
+                grad = self.reduced.get(name)
+                p.grad = torch.zeros_like(p) if grad is None and self.deepspeed else grad
+        self.optimizer.step()
+        for _, p in self.params:
+            p.grad = None
+        if self.deepspeed:
+            self.reduced = {}
+
+    def zero_grad(self):
+        if not self.deepspeed:
+            self.reduced = {}
+
+
+def gathered(module):
+    """{name: a copy of each parameter's whole value}. Under ZeRO-3 from the ranks' partitions
+    (`ds_tensor`, all-gathered with plain torch.distributed and cut to the parameter's shape, as
+    the replay assembles them), not with GatheredParameters, which would step into the engine's
+    own prefetch bookkeeping between a forward and its backward."""
+    values = {}
+    for name, p in module.named_parameters():
+        shard = getattr(p, "ds_tensor", None)
+        if shard is None:
+            values[name] = p.detach().clone()
+            continue
+        parts = [torch.empty_like(shard) for _ in range(WORLD_SIZE)]
+        torch.distributed.all_gather(parts, shard.detach().contiguous())
+        values[name] = torch.cat(parts)[:p.ds_numel].reshape(p.ds_shape)
+    return values
+
+
+def check_loss(op_index, loss, expected):
+    """I3: this rank's loss equals the dense twin's (both float32, bit for bit)."""
+    if loss != expected:
+        fail("I3", op_index, "loss", repr(expected), repr(loss),
+             f"loss {loss!r} differs from the dense twin's {expected!r}")
+
+
+def check_twin(op_index):
+    """I3: every parameter (gathered whole) equals the dense twin's, bit for bit."""
+    twins = dict(twin.module.named_parameters())
+    for name, value in gathered(model).items():
+        expected = twins[name].detach()
+        if not torch.equal(value, expected):
+            worst = (value - expected).abs().max().item()
+            fail_once("I3", op_index, "value", "the dense twin's value", "differs",
+                      f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
+                      f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()})",
+                      once=name)
+
+
 def seeded_tensor(seed, tag, key, shape, bound):
     """A float32 tensor of `shape` from the stream (seed, tag, key), scaled by `bound`: the rule
     of SCENARIO_FORMAT.md's "Numbers", element by element (seeded.py's bits, vectorised there)."""
@@ -220,10 +334,11 @@ def fill_parameters(module, seed):
             param.copy_(seeded_tensor(seed, 1, key, tuple(param.shape), bound))
 
 
-def micro_batch(op_index):
-    """(input, target) of this rank's micro-batch for operation `op_index` (tags 2 and 3)."""
-    return tuple(seeded_tensor(SEED, tag, op_index * 256 + RANK, (BATCH, FEATURES), 1.0)
-                 for tag in (2, 3))
+def micro_batch(op_index, rank=None):
+    """(input, target) of this rank's (or `rank`'s) micro-batch for operation `op_index` (tags 2
+    and 3)."""
+    key = op_index * 256 + (RANK if rank is None else rank)
+    return tuple(seeded_tensor(SEED, tag, key, (BATCH, FEATURES), 1.0) for tag in (2, 3))
 
 
 def probe_input(op_index):
@@ -325,7 +440,7 @@ def verdict(invariant, attribute=None, actual=None, expected_start=""):
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
                   "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE", "PLAIN", "SEED", "RANK", "BATCH",
-                  "FEATURES", "CONFIG"}
+                  "FEATURES", "CONFIG", "WORLD_SIZE", "twin"}
 # Where the user's values hold no tensor or list, a script binds these to their _plain forms.
 PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 # Where every check runs once (one operation), nothing repeats: fail_once is fail itself.

@@ -46,9 +46,11 @@ from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .scenario import TensorLiteral, load_scenario
 from .verdict import FAILURES
 
-# The script checks what needs no dense twin; I3, I4 and I9 findings get a minimal scenario
-# and a replay command, their standalone script comes with the twin as its runtime (issue 28).
+# The script checks what needs no dense twin; an I3 finding gets one where repro_twin.py's form
+# takes its scenario (scripts_for); I3 elsewhere, I4 and I9 get a minimal scenario and a replay
+# command.
 TARGET_INVARIANTS = schema.some("invariants", "I1", "I2", "I5") + FAILURES
+TWIN_INVARIANTS = schema.some("invariants", "I3")
 REFUSAL_TEXT = "already been initialized"
 
 # What each target invariant means to someone who has never heard of zerocheck.
@@ -59,6 +61,9 @@ INVARIANT_MEANING = {**schema.some("invariants", {
           "set, differs when computed from the live module",
     "I5": f"a repeated initialize of a managed model, submodule or optimizer is not refused with "
           f"an error saying {REFUSAL_TEXT!r}, changes the model, or breaks training",
+    "I3": "training through the engine does not give what a dense twin gives: one copy of the "
+          "model trained on every rank's micro-batch, each rank's gradient reduced in the "
+          "engine's own order, bit for bit",
 }),
     "op": "an operation raises",
     "crash": "the process dies",
@@ -84,7 +89,13 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
     """
     _check_target(target)
     plan = _Plan(load_scenario(scenario_path))
-    from . import repro_straight  # it builds on this module's helpers
+    from . import repro_straight, repro_twin  # they build on this module's helpers
+    if target["invariant"] in TWIN_INVARIANTS:
+        if not repro_twin.fits(plan, target, stage):
+            raise ValueError(f"an {target['invariant']} finding gets a script only where the "
+                             f"dense-twin form takes its scenario (repro_twin.py): see "
+                             f"scripts_for()")
+        return repro_twin.text(plan, target, script_name, stage, produced_on)
     if repro_straight.fits(plan, target):
         return repro_straight.text(plan, target, script_name, stage, produced_on)
     # Teardown (engine.destroy() on the engines left) can matter only to a finding it may show
@@ -173,6 +184,17 @@ def code_lines(text):
     return len(code - docstrings)
 
 
+def scripts_for(scenario_path, target, stage=3):
+    """Whether repro_script_text makes a script for `target` on this scenario: always for
+    TARGET_INVARIANTS, for I3 where the dense-twin form takes the scenario."""
+    if target.get("invariant") in TARGET_INVARIANTS:
+        return True
+    if target.get("invariant") not in TWIN_INVARIANTS:
+        return False
+    from . import repro_twin
+    return repro_twin.fits(_Plan(load_scenario(scenario_path)), target, stage)
+
+
 def write_repro_script(scenario_path, target, out_path, stage=3, produced_on=None):
     """Writes repro_script_text(...) to `out_path`, executable (0755). Raises as it does."""
     text = repro_script_text(scenario_path, target, os.path.basename(out_path), stage,
@@ -187,8 +209,9 @@ def _check_target(target):
         raise ValueError(f"target must be a dict, got {type(target).__name__}")
     if not isinstance(target.get("signature"), str):
         raise ValueError(f"target['signature'] must be a string, got {target.get('signature')!r}")
-    if target.get("invariant") not in TARGET_INVARIANTS:
-        raise ValueError(f"target['invariant'] must be one of {', '.join(TARGET_INVARIANTS)}, "
+    if target.get("invariant") not in TARGET_INVARIANTS + TWIN_INVARIANTS:
+        raise ValueError(f"target['invariant'] must be one of "
+                         f"{', '.join(TARGET_INVARIANTS + TWIN_INVARIANTS)}, "
                          f"got {target.get('invariant')!r}")
 
 
@@ -326,12 +349,18 @@ def _header(plan, target, script_name, used, stage, produced_on):
               "I2 placement owners agree (when the scenario places modules); I5 a repeated "
               f"initialize raises an error saying {REFUSAL_TEXT!r}, changes nothing, and a "
               "forward still runs.")
+    control = "a pass-through engine that refuses a repeated initialize"
+    if invariant in TWIN_INVARIANTS:
+        checks = ("Every failure on the way is printed as FAILED, and the run goes on. Checked "
+                  "(I3): after a forward this rank's loss, after the initialize and every step "
+                  "each parameter gathered whole from the ranks, against the dense twin.")
+        control = "its data parallelism over the same ranks, against a twin by its rules"
     doc = "\n\n".join([
         _paragraph(_docstring_safe(f"Reproduces: {target['signature']}")),
         _paragraph(_docstring_safe(what)), _paragraph(_docstring_safe(origin)),
         ("Run:\n" if s.world_size == 1 else "Run, one process per rank:\n") + run,
-        "Control, plain PyTorch (a pass-through engine that refuses a repeated initialize); it "
-        f"must NOT\nreproduce:\n    python3 {name} --plain",
+        _paragraph(f"Control, plain PyTorch ({control}); it must NOT reproduce:")
+        + f"\n    python3 {name} --plain",
         _paragraph(outcome + " " + checks)])
     imports = [line for name, line in _IMPORTS.items() if name in used]
     imports += ["", "import torch"] + [line for name, line in _TORCH_IMPORTS.items() if name in used]

@@ -1,0 +1,95 @@
+"""The dense-twin form of a repro script, for I3 (issue 28's budget: 250 code lines): training
+through the root's engine checked against a dense twin, a copy of the model trained as data
+parallelism trains WORLD_SIZE copies.
+
+The script builds the model, copies it (the twin), initializes the root with the user's optimizer
+(under --plain, repro_runtime.DataParallelEngine: plain PyTorch's data parallelism), and runs each
+training operation on both: after a forward this rank's loss must equal the twin's, after the
+initialize and every step each parameter, gathered whole from the ranks (ZeRO-3's
+GatheredParameters), must equal the twin's bit for bit. The twin is repro_runtime.Twin, which
+follows DeepSpeed's rules (each rank's gradient / N, summed in rank order; a parameter without
+gradient stepped with zeros) or, under --plain, plain PyTorch's; its tests show it equal to the
+replay's twin.DenseTwin. What it takes: gradient_accumulation_steps 1, at most 2 ranks (where the
+replay's I3 is exact), ZeRO stage 3, one initialize (the root's, with the user's optimizer, after
+the user's own writes), then training and the user's writes; the finding at an operation. Other
+I3 findings keep their minimal scenario and replay command.
+"""
+
+from . import repro_runtime, schema, tree
+from .repro_script import (_build, _comment, _copied, _header, _names_used, _optimizer_source,
+                           _user_optimizer_source, _verdict, _without_unused, _write_block)
+from .repro_straight import _fitted, _settings, _training
+
+_WRITES = schema.some("ops", "set_attr", "del_attr")
+_TRAINING = schema.some("ops", "forward", "backward", "step", "zero_grad")
+MAX_WORLD = 2
+
+
+def fits(plan, target, stage):
+    """Whether the scenario and the I3 target take the dense-twin form (the module's rules)."""
+    s, ops = plan.scenario, plan.scenario.ops
+    first = next((i for i, op in enumerate(ops) if op.op == "initialize"), None)
+    return (target["invariant"] == "I3" and target.get("op_index") is not None and stage == 3
+            and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
+            and getattr(s, "construct", "eager") == "eager" and first is not None
+            and ops[first].target == "" and ops[first].optimizer == "same"
+            and ops[first].config_error is None
+            and all(op.op in _WRITES for op in ops[:first])
+            and all(op.op in _WRITES + _TRAINING for op in ops[first + 1:])
+            and any(p.requires_grad for p in plan.built.root.parameters()))
+
+
+def text(plan, target, script_name, stage, produced_on):
+    routes = any(op.op == "forward" and op.route for op in plan.scenario.ops)
+    plan.features = str(plan.scenario.features)
+    plan.torch_sequential = not routes  # route-taking classes only where an MoE takes a route
+    settings = _settings(plan, target, stage) + (
+        '\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))  # the twin reduces over as many')
+    build = _build(plan, ()) + "\n\n" + "\n".join([
+        "# The dense twin: a copy of the model as built, trained as data parallelism trains",
+        "# WORLD_SIZE copies (under --plain by plain PyTorch's rules, else by DeepSpeed's).",
+        "twin_model = copy.deepcopy(model)"])
+    steps = [settings, build + "\n\n" + _operations(plan, target, routes), _verdict(target)]
+    used = _names_used("\n".join(steps))
+    copied = [_copied("the model's classes", tree, used),
+              _copied("failures, the checks, the dense twin and the verdict", repro_runtime,
+                      used)]
+    body = _without_unused(steps[:1] + copied + steps[1:])
+    sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
+                        produced_on)] + body
+    return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
+
+
+def _operations(plan, target, routes):
+    """Each operation up to the finding's, on the engine and the twin, with the I3 checks."""
+    ops, lines = plan.scenario.ops, []
+    forward = backward = False  # a loss pending; a backward since the last step
+    for i, op in enumerate(ops[:target["op_index"] + 1]):
+        lines.append("")
+        if op.op == "initialize":
+            twin_optimizer = _optimizer_source(plan.scenario, "trainable(twin_model)")
+            lines += [_comment(f"op {i}: initialize the root with the user's optimizer"),
+                      _fitted(f"engine, *_ = initialize(model, {_user_optimizer_source(plan)}, "
+                              f"CONFIG, DataParallelEngine)"),
+                      _fitted(f"twin = Twin(twin_model, {twin_optimizer}, deepspeed=not PLAIN)"),
+                      f"check_twin({i})"]
+        elif op.op == "forward":
+            route = f", RouteCursor({list(op.route)!r})" if routes else ""
+            lines += [f"# op {i}: forward" + (f", route {list(op.route)}" if routes else ""),
+                      f"x, y = micro_batch({i})",
+                      f"loss = F.mse_loss(engine(x.to(engine.device){route}), y.to(engine.device))",
+                      f"check_loss({i}, loss.item(), twin.forward({i}"
+                      + (f", {list(op.route)!r}" if routes else "") + "))"]
+            forward = True
+        elif op.op in _TRAINING:
+            block, forward, backward_after = _training(i, op, forward, backward)
+            ran = len(block) > 1  # not skipped (DeepSpeed's loop needs a forward, a backward)
+            lines += block + ([f"twin.{op.op}()"] if ran else [])
+            if op.op == "step" and ran:
+                lines.append(f"check_twin({i})")
+            backward = backward_after
+        else:
+            lines += _write_block(plan, i, op)
+    if target["op_index"] < len(ops) - 1:
+        lines += ["", _comment("what comes after the finding's operation is left out")]
+    return "\n".join(lines)
