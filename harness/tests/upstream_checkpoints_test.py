@@ -15,7 +15,9 @@ from the files it writes:
      states (#8499, I6 naming the other save), module_only loading nothing (I6, the value before
      the load), a module used twice missing from both consolidations (I6), a gathered edit undone
      by the next step (I3);
-  4. every I3/I4/I6/I9 root cause is triaged in KNOWN_UPSTREAM.md.
+  4. every I3/I4/I6/I9 root cause is triaged in KNOWN_UPSTREAM.md;
+  5. the two load findings as standalone scripts that carry the dense twin (repro_twin.py):
+     within issue 28's budget, REPRODUCED on the tree at world 2, NOT REPRODUCED with --plain.
 A scenario whose own checks (2, 3, 4) fail is replayed again, alone, up to RERUNS times, and judged
 by the first replay that passes them: DeepSpeed's Gloo all_gather race (KNOWN_UPSTREAM.md) strikes
 a few per cent of gathers on a loaded machine, so one save's consolidation, one step's persistent
@@ -27,8 +29,8 @@ replay; what each first run showed is printed.
 import os
 import sys
 
-from upstream_support import (NEW_INVARIANTS, SKIP, check, read, run, signatures,
-                              triaged, verdicts, versioned_arguments)
+from upstream_support import (DS_PACKAGE, NEW_INVARIANTS, SKIP, check, read, run, run_repro,
+                              signatures, triaged, verdicts, versioned_arguments)
 
 # Replays of a scenario whose checks failed (the race strikes a scenario about one run in three
 # at worst, here: three in a row, a few in a hundred for that one, far fewer for the others).
@@ -36,6 +38,9 @@ RERUNS = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDERS = [os.path.join(HERE, "scenarios", name)
            for name in ("upstream_checkpoints", "upstream_lifecycle")]
+# The load findings whose scripts are checked (5), and issue 28's budget for a twin's script.
+SCRIPTED = ("tags_load_t1_without_optimizer_states", "tags_load_t1_module_only")
+TWIN_BUDGET = 250
 # A scenario's checkpoints: 2 ranks' model and optimizer files of a few tiny layers, at most
 # three tags, DeepSpeed's zero_to_fp32.py beside them.
 MAX_BYTES = 256 * 1024
@@ -120,6 +125,31 @@ def judged(zerocheck, python, tree, out, found, summary, holds, shows):
     return result
 
 
+def check_scripts(python, tree, work, found, version):
+    """5: each SCRIPTED finding's script, generated from its scenario and the replay's finding,
+    reproduces it on the tree and not with --plain."""
+    sys.path.insert(0, DS_PACKAGE)
+    from zerocheck_ds.repro_script import code_lines, write_repro_script
+    for name in SCRIPTED:
+        finding = next(f for f in found[name]["findings"]
+                       if f["invariant"] == "I6" and f["attribute"] == "value")
+        script = os.path.join(work, "repro", name + ".py")
+        os.makedirs(os.path.dirname(script), exist_ok=True)
+        write_repro_script(os.path.join(FOLDERS[0], name + ".json"), {
+            "signature": finding["signature"], "invariant": "I6", "op": finding["op"],
+            "op_index": finding["op_index"], "attribute": "value"}, script)
+        with open(script, encoding="utf-8") as f:
+            lines = code_lines(f.read())
+        check(lines <= TWIN_BUDGET, f"{name}: its script has {lines} code lines")
+        runs = run_repro(python, script, tree, work, 2)
+        check(all(code == 1 and "REPRODUCED " + finding["signature"] in out
+                  and "NOT REPRODUCED" not in out for code, out in runs),
+              f"{version}: {name}: the script reproduces it on both ranks ({runs[0][1][-300:]})")
+        runs = run_repro(python, script, tree, work, 2, plain=True)
+        check(all(code == 0 and "NOT REPRODUCED" in out for code, out in runs),
+              f"{version}: {name}: and not on plain PyTorch ({runs[0][1][-300:]})")
+
+
 def main():
     args = versioned_arguments()
     if args is None:
@@ -152,6 +182,8 @@ def main():
         check(not result[name], f"{version}: {name} shows {invariant} '{text}' {result[name] or ''}")
     failing = {n: w for n, w in result.items() if w}
     check(not failing, f"{version}: every I3, I4, I6 and I9 root cause is triaged ({failing})")
+    # 5. Scripts.
+    check_scripts(python, tree, work, found, version)
     print(f"checkpoints and life cycle ({version}): {summary['scenarios_per_minute']} scenarios/min, "
           f"I6 {summary['checks']['I6']['checked']} checks, disk at most "
           f"{disk['max_bytes_per_scenario']} bytes per scenario; all checks passed")

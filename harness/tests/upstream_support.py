@@ -25,6 +25,7 @@ ENGINE_ALIKE = os.path.join(TWIN_SCENARIOS, "mlp_sgd_world2.json")
 # The extra scenarios' names, beside the export's.
 EXTRA = ["ds_id_experts", "expert_skipped_by_route", "mlp_sgd_world2"]
 KNOWN = os.path.join(HERE, os.pardir, "deepspeed", "KNOWN_UPSTREAM.md")
+DS_PACKAGE = os.path.join(HERE, os.pardir, "deepspeed")  # holds zerocheck_ds
 NEW_INVARIANTS = ("I3", "I4", "I6", "I9")
 
 
@@ -147,6 +148,29 @@ def check_numbers(summary, found, version):
                   if c.get("invariant") in NEW_INVARIANTS} - set(table))
     check(not new, f"{version}: every I3, I4, I6 and I9 root cause is triaged in KNOWN_UPSTREAM.md "
                    f"(not: {new})")
+
+
+def run_repro(python, script, tree, work, world, plain=False, timeout=240):
+    """Runs a repro script as a maintainer would, one process per rank of `world`, with the
+    DeepSpeed source `tree` importable (staged under `work`, the working directory: DeepSpeed
+    reads version.txt there); returns [(exit code, output)] by rank."""
+    import socket
+    sys.path.insert(0, DS_PACKAGE)
+    from zerocheck_ds import deepspeed_tree
+    staged = os.path.join(work, "deepspeed-tree")
+    if not os.path.isdir(staged):
+        deepspeed_tree.stage(tree, staged)
+    env = dict(os.environ, **deepspeed_tree.environment(staged, deepspeed_tree.default_shims(tree)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([python, script] + (["--plain"] if plain else []), cwd=staged,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+             for r in range(world)]
+    return [(p.returncode, out) for p, (out, _) in ((p, p.communicate(timeout=timeout))
+                                                    for p in procs)]
 
 
 @dataclass(frozen=True)

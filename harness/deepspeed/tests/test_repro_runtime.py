@@ -228,6 +228,25 @@ class TwinOfAScript(unittest.TestCase):
                         self.assertTrue(torch.equal(dict(ours.named_parameters())[name], value),
                                         (deepspeed, i, op, name))
 
+    def test_a_load_gives_back_the_save_and_keeps_the_optimizer_where_asked(self):
+        module = self.model()
+        optimizer = torch.optim.Adam(rt.trainable(module), lr=0.01)
+        ours = rt.Twin(module, optimizer, True)
+        for i, op in ((1, "forward"), (2, "backward"), (3, "step")):
+            ours.forward(i, [0]) if op == "forward" else getattr(ours, op)()
+        saved = rt.snapshot(module, optimizer)
+        for i, op in ((4, "forward"), (5, "backward"), (6, "step")):
+            ours.forward(i, [1]) if op == "forward" else getattr(ours, op)()
+        moments = {k: v["exp_avg"].clone() for k, v in optimizer.state_dict()["state"].items()}
+        ours.load(saved, optimizer_states=False)
+        for name, p in module.named_parameters():
+            self.assertTrue(torch.equal(p, saved[0][name]), name)
+        for k, v in optimizer.state_dict()["state"].items():
+            self.assertTrue(torch.equal(v["exp_avg"], moments[k]))  # not the save's
+        ours.load(saved)
+        for k, v in optimizer.state_dict()["state"].items():
+            self.assertTrue(torch.equal(v["exp_avg"], saved[1]["state"][k]["exp_avg"]))
+
     def test_a_difference_is_an_I3_failure_naming_the_parameter_once(self):
         rt.failures.clear()
         rt.model, rt.PLAIN = self.model(), True

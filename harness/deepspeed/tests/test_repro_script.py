@@ -361,6 +361,29 @@ class TwinScript(unittest.TestCase):
             self.assertEqual((proc.returncode, out), (0, f"[rank {r}] NOT REPRODUCED test I3\n"),
                              err)
 
+    def test_a_load_is_checked_against_the_twin_loading_the_same_save(self):
+        tags = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios",
+                            "upstream_checkpoints", "tags_load_t1_without_optimizer_states.json")
+        goal = target("I6", op_index=19, op="load", attribute="value")
+        text = repro_script_text(tags, goal)
+        self.assertLessEqual(code_lines(text), TWIN_BUDGET)
+        for present in ("engine.save_checkpoint(CHECKPOINTS, tag='t1')",
+                        "saved9 = snapshot(twin.module, twin.optimizer)",
+                        "engine.load_checkpoint(CHECKPOINTS, tag='t1', load_optimizer_states=False)",
+                        "twin.load(saved9, optimizer_states=False)", "check_twin(19, 'I6')"):
+            self.assertIn(present, text)
+        script = self.write(tags, goal)
+        port = str(29600 + (os.getpid() + 150) % 300)
+        procs = [subprocess.Popen([sys.executable, script, "--plain"], cwd=self.dir, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=script_env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                 for r in range(2)]
+        for r, proc in enumerate(procs):  # --plain's in-memory checkpoints give the save back
+            out, err = proc.communicate(timeout=120)
+            self.assertEqual((proc.returncode, out), (0, f"[rank {r}] NOT REPRODUCED test I6\n"),
+                             err)
+
     def test_outside_the_twin_form_there_is_no_script_and_no_silent_one(self):
         self.assertTrue(scripts_for(self.STALE, self.GOAL))
         for goal, stage in ((target("I3", op_index=None), 3), (self.GOAL, 2),

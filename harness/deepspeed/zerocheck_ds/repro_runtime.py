@@ -13,6 +13,7 @@ the user's last write, `placed` path -> the module the user placed, `PLACEMENT_A
 """
 
 import ast
+import copy
 import inspect
 import math
 import os
@@ -203,9 +204,20 @@ class DataParallelEngine(PlainEngine):
 
     def __init__(self, module, optimizer):
         super().__init__(module, optimizer)
+        self.optimizer, self.saved, self.latest = optimizer, {}, None
         self.zero_grad = lambda: optimizer.zero_grad(set_to_none=True)  # 1.13 zeroes by default
         if WORLD_SIZE > 1 and not torch.distributed.is_initialized():
             torch.distributed.init_process_group("gloo")
+
+    def save_checkpoint(self, folder, tag=None):
+        """In memory (every rank holds the whole model): what a checkpoint must give back."""
+        self.latest = tag if tag is not None else f"global_step{len(self.saved)}"
+        self.saved[self.latest] = snapshot(self.module, self.optimizer)
+
+    def load_checkpoint(self, folder, tag=None, load_optimizer_states=True,
+                        load_module_only=False):
+        restore(self.module, self.optimizer, self.saved[tag if tag is not None else self.latest],
+                load_optimizer_states and not load_module_only)
 
     def __call__(self, *inputs):
         return self.module(*inputs)
@@ -269,6 +281,28 @@ class Twin:
         if not self.deepspeed:
             self.reduced = {}
 
+    def load(self, saved, optimizer_states=True):
+        """A load of `saved` (a snapshot): the values, and the optimizer's state unless not
+        asked; what was reduced since the last step stays (a load restores neither)."""
+        self.losses = []
+        restore(self.module, self.optimizer, saved, optimizer_states)
+
+
+def snapshot(module, optimizer):
+    """What a checkpoint holds: copies of the parameters' values and of the optimizer's state."""
+    return copy.deepcopy(({name: p.detach() for name, p in module.named_parameters()},
+                          optimizer.state_dict()))
+
+
+def restore(module, optimizer, saved, optimizer_states=True):
+    """Loads a snapshot: every parameter's value, and the optimizer's state where asked."""
+    values, state = saved
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(values[name])
+    if optimizer_states:
+        optimizer.load_state_dict(copy.deepcopy(state))
+
 
 def gathered(module):
     """{name: a copy of each parameter's whole value}. Under ZeRO-3 from the ranks' partitions
@@ -294,17 +328,18 @@ def check_loss(op_index, loss, expected):
              f"loss {loss!r} differs from the dense twin's {expected!r}")
 
 
-def check_twin(op_index):
-    """I3: every parameter (gathered whole) equals the dense twin's, bit for bit."""
+def check_twin(op_index, invariant="I3"):
+    """I3 (I6 right after a load): every parameter (gathered whole) equals the dense twin's, bit
+    for bit."""
     twins = dict(twin.module.named_parameters())
     for name, value in gathered(model).items():
         expected = twins[name].detach()
         if not torch.equal(value, expected):
             worst = (value - expected).abs().max().item()
-            fail_once("I3", op_index, "value", "the dense twin's value", "differs",
+            fail_once(invariant, op_index, "value", "the dense twin's value", "differs",
                       f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
                       f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()})",
-                      once=name)
+                      once=(invariant, name))
 
 
 def seeded_tensor(seed, tag, key, shape, bound):

@@ -50,7 +50,7 @@ from .verdict import FAILURES
 # takes its scenario (scripts_for); I3 elsewhere, I4 and I9 get a minimal scenario and a replay
 # command.
 TARGET_INVARIANTS = schema.some("invariants", "I1", "I2", "I5") + FAILURES
-TWIN_INVARIANTS = schema.some("invariants", "I3")
+TWIN_INVARIANTS = schema.some("invariants", "I3", "I6")
 REFUSAL_TEXT = "already been initialized"
 
 # What each target invariant means to someone who has never heard of zerocheck.
@@ -64,6 +64,8 @@ INVARIANT_MEANING = {**schema.some("invariants", {
     "I3": "training through the engine does not give what a dense twin gives: one copy of the "
           "model trained on every rank's micro-batch, each rank's gradient reduced in the "
           "engine's own order, bit for bit",
+    "I6": "right after a load, a parameter is not what the dense twin holds after the same load "
+          "(the values of the save the load names)",
 }),
     "op": "an operation raises",
     "crash": "the process dies",
@@ -352,8 +354,9 @@ def _header(plan, target, script_name, used, stage, produced_on):
     control = "a pass-through engine that refuses a repeated initialize"
     if invariant in TWIN_INVARIANTS:
         checks = ("Every failure on the way is printed as FAILED, and the run goes on. Checked "
-                  "(I3): after a forward this rank's loss, after the initialize and every step "
-                  "each parameter gathered whole from the ranks, against the dense twin.")
+                  "against the dense twin: after a forward this rank's loss, after the initialize "
+                  "and every step each parameter gathered whole from the ranks (I3), and so "
+                  "after a load (I6).")
         control = "its data parallelism over the same ranks, against a twin by its rules"
     doc = "\n\n".join([
         _paragraph(_docstring_safe(f"Reproduces: {target['signature']}")),

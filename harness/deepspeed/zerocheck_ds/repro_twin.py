@@ -16,12 +16,14 @@ I3 findings keep their minimal scenario and replay command.
 """
 
 from . import repro_runtime, schema, tree
-from .repro_script import (_build, _comment, _copied, _header, _names_used, _optimizer_source,
-                           _user_optimizer_source, _verdict, _without_unused, _write_block)
+from .repro_script import (TWIN_INVARIANTS, _build, _comment, _copied, _header, _names_used,
+                           _optimizer_source, _user_optimizer_source, _verdict, _without_unused,
+                           _write_block)
 from .repro_straight import _fitted, _settings, _training
 
 _WRITES = schema.some("ops", "set_attr", "del_attr")
 _TRAINING = schema.some("ops", "forward", "backward", "step", "zero_grad")
+_CHECKPOINTS = schema.some("ops", "save", "load")
 MAX_WORLD = 2
 
 
@@ -29,14 +31,24 @@ def fits(plan, target, stage):
     """Whether the scenario and the I3 target take the dense-twin form (the module's rules)."""
     s, ops = plan.scenario, plan.scenario.ops
     first = next((i for i, op in enumerate(ops) if op.op == "initialize"), None)
-    return (target["invariant"] == "I3" and target.get("op_index") is not None and stage == 3
+    return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
+            and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
             and getattr(s, "construct", "eager") == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None
             and all(op.op in _WRITES for op in ops[:first])
-            and all(op.op in _WRITES + _TRAINING for op in ops[first + 1:])
+            and all(op.op in _WRITES + _TRAINING + _CHECKPOINTS for op in ops[first + 1:])
+            and all(op.op != "load" or (not op.world_size and _saved_by(ops, i) is not None)
+                    for i, op in enumerate(ops))
             and any(p.requires_grad for p in plan.built.root.parameters()))
+
+
+def _saved_by(ops, load_index):
+    """The index of the save a load at `load_index` reads (its tag's last, or the last), or None."""
+    tag = ops[load_index].tag
+    return next((i for i in range(load_index - 1, -1, -1) if ops[i].op == "save"
+                 and (tag is None or ops[i].tag == tag)), None)
 
 
 def text(plan, target, script_name, stage, produced_on):
@@ -45,6 +57,9 @@ def text(plan, target, script_name, stage, produced_on):
     plan.torch_sequential = not routes  # route-taking classes only where an MoE takes a route
     settings = _settings(plan, target, stage) + (
         '\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))  # the twin reduces over as many')
+    if any(op.op == "save" for op in plan.scenario.ops):
+        settings += ('\n# DeepSpeed saves and loads here (one folder for every rank; --plain keeps its '
+                     'saves in memory).\nCHECKPOINTS = os.path.abspath("checkpoints")')
     build = _build(plan, ()) + "\n\n" + "\n".join([
         "# The dense twin: a copy of the model as built, trained as data parallelism trains",
         "# WORLD_SIZE copies (under --plain by plain PyTorch's rules, else by DeepSpeed's).",
@@ -88,6 +103,23 @@ def _operations(plan, target, routes):
             if op.op == "step" and ran:
                 lines.append(f"check_twin({i})")
             backward = backward_after
+        elif op.op == "save":
+            tag = f", tag={op.tag!r}" if op.tag is not None else ""
+            lines += [f"# op {i}: save" + (f" (tag {op.tag!r})" if tag else ""),
+                      f"engine.save_checkpoint(CHECKPOINTS{tag})",
+                      f"saved{i} = snapshot(twin.module, twin.optimizer)"]
+        elif op.op == "load":
+            options = ((f", tag={op.tag!r}" if op.tag is not None else "")
+                       + ("" if op.optimizer_states else ", load_optimizer_states=False")
+                       + (", load_module_only=True" if op.module_only else ""))
+            keep = op.optimizer_states and not op.module_only
+            lines += [f"# op {i}: load the save of op {_saved_by(ops, i)}" + (
+                          "" if keep else ": the parameters only, the optimizer's state stays"),
+                      _fitted(f"engine.load_checkpoint(CHECKPOINTS{options})"),
+                      f"twin.load(saved{_saved_by(ops, i)}"
+                      + ("" if keep else ", optimizer_states=False") + ")",
+                      f"check_twin({i}, 'I6')"]
+            forward = False  # DeepSpeed's load drops what a forward left pending
         else:
             lines += _write_block(plan, i, op)
     if target["op_index"] < len(ops) - 1:
