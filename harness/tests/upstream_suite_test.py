@@ -133,13 +133,21 @@ def check_survival(zerocheck, python, tree, work, common, scenarios, exported):
                              os.path.join(scenarios[0], "zero-size-param.json"), EXPERT_SKIPPED],
         expect=1)
     groups = read(os.path.join(shrunk, "summary.json"))["signatures"]
-    check(groups and all(g["minimal"]["reproducible"] for g in groups),
-          f"{len(groups)} signature(s) shrunk")
+    # DeepSpeed's Gloo all_gather race (KNOWN_UPSTREAM.md) can add a signature to the MoE's
+    # run (its parameters are persistent, gathered after each step) that does not come back
+    # when the scenario runs alone: "not reproducible", said and not shrunk. Every signature of
+    # the zero-size parameter and the stale gradient's must be.
     stale = [g for g in groups if g["signature"].startswith("I3 step: value differs")]
+    wanted = [g for g in groups if "zero-size-param" in g["scenarios"]] + stale
+    check(wanted and all(g["minimal"]["reproducible"] for g in wanted),
+          f"{len(groups)} signature(s) shrunk; not reproducible alone: "
+          f"{[g['signature'] for g in groups if not g['minimal']['reproducible']]}")
     check(stale and stale[0]["minimal"]["repro"],
           f"the stale gradient (I3) got a script with the dense twin: {[g['signature'] for g in groups]}")
     for g in groups:
         m = g["minimal"]
+        if not m["reproducible"]:
+            continue
         if not m["repro"]:  # an I3 outside the twin form: its replay command
             print(f"no script (replay command): {g['signature']}")
             continue
