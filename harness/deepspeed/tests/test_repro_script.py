@@ -46,6 +46,17 @@ def target(invariant, **fields):
     return found
 
 
+def imports_of(text):
+    """The top-level packages a script's source imports."""
+    imported = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    return imported
+
+
 def name_of(path):
     return os.path.basename(path)[: -len(".json")]
 
@@ -92,13 +103,7 @@ class ReproScript(unittest.TestCase):
                     text = repro_script_text(scenario, goal)
                     compile(text, "repro.py", "exec")
                     self.assertNotIn("zerocheck_ds", text)
-                    imported = set()
-                    for node in ast.walk(ast.parse(text)):
-                        if isinstance(node, ast.Import):
-                            imported.update(a.name.split(".")[0] for a in node.names)
-                        elif isinstance(node, ast.ImportFrom):
-                            imported.add(node.module.split(".")[0])
-                    self.assertLessEqual(imported, ALLOWED_IMPORTS)
+                    self.assertLessEqual(imports_of(text), ALLOWED_IMPORTS)
 
     def test_a_one_operation_script_holds_only_what_it_uses(self):
         # The seed bug's shape: a user's `id` on a Linear, one initialize: issue 28's budget of
@@ -334,13 +339,7 @@ class TwinScript(unittest.TestCase):
     def test_within_the_budget_and_standalone(self):
         text = repro_script_text(self.STALE, self.GOAL)
         self.assertLessEqual(code_lines(text), TWIN_BUDGET)
-        imported = set()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Import):
-                imported.update(a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                imported.add(node.module.split(".")[0])
-        self.assertLessEqual(imported, ALLOWED_IMPORTS)
+        self.assertLessEqual(imports_of(text), ALLOWED_IMPORTS)
         for present in ("class Twin", "def check_twin(", "twin.step()", "RouteCursor([1])",
                         "check_twin(7)"):
             self.assertIn(present, text)
