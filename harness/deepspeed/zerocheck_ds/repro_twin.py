@@ -1,18 +1,22 @@
-"""The dense-twin form of a repro script, for I3 (issue 28's budget: 250 code lines): training
-through the root's engine checked against a dense twin, a copy of the model trained as data
-parallelism trains WORLD_SIZE copies.
+"""The dense-twin form of a repro script, for I3 and for I6 after a load (issue 28's budget: 250
+code lines): training through the root's engine checked against a dense twin, a copy of the model
+trained as data parallelism trains WORLD_SIZE copies.
 
 The script builds the model, copies it (the twin), initializes the root with the user's optimizer
 (under --plain, repro_runtime.DataParallelEngine: plain PyTorch's data parallelism), and runs each
-training operation on both: after a forward this rank's loss must equal the twin's, after the
-initialize and every step each parameter, gathered whole from the ranks (ZeRO-3's
-GatheredParameters), must equal the twin's bit for bit. The twin is repro_runtime.Twin, which
-follows DeepSpeed's rules (each rank's gradient / N, summed in rank order; a parameter without
-gradient stepped with zeros) or, under --plain, plain PyTorch's; its tests show it equal to the
-replay's twin.DenseTwin. What it takes: gradient_accumulation_steps 1, at most 2 ranks (where the
-replay's I3 is exact), ZeRO stage 3, one initialize (the root's, with the user's optimizer, after
-the user's own writes), then training and the user's writes; the finding at an operation. Other
-I3 findings keep their minimal scenario and replay command.
+operation on both: after a forward this rank's loss must equal the twin's; after the initialize and
+every step (I3), and right after a load (I6), each parameter, gathered whole from the ranks'
+partitions, must equal the twin's bit for bit. A save is DeepSpeed's save_checkpoint beside the
+twin's snapshot; a load is load_checkpoint with the scenario's tag and options beside the twin
+loading the snapshot of the save the load names. The twin is repro_runtime.Twin: DeepSpeed's rules
+(each rank's gradient / N, summed in rank order; a parameter without gradient stepped with zeros)
+or, under --plain, plain PyTorch's; its tests show it equal to the replay's twin.DenseTwin.
+
+What it takes: gradient_accumulation_steps 1, at most 2 ranks (where the replay's I3 is exact), ZeRO
+stage 3, eager construction, one initialize (the root's, with the user's optimizer, after the
+user's own writes), then training, the user's writes, saves, and loads into the same world of a
+save made before; the finding at an operation. Other I3 and I6 findings keep their minimal
+scenario and replay command.
 """
 
 from . import repro_runtime, schema, tree
@@ -28,13 +32,13 @@ MAX_WORLD = 2
 
 
 def fits(plan, target, stage):
-    """Whether the scenario and the I3 target take the dense-twin form (the module's rules)."""
+    """Whether the scenario and the I3 or I6 target take the dense-twin form (the module's rules)."""
     s, ops = plan.scenario, plan.scenario.ops
     first = next((i for i, op in enumerate(ops) if op.op == "initialize"), None)
     return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
             and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
-            and getattr(s, "construct", "eager") == "eager" and first is not None
+            and s.construct == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None
             and all(op.op in _WRITES for op in ops[:first])
