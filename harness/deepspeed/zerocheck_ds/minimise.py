@@ -129,7 +129,7 @@ def minimise_all(supervisor, run):
                                produced_on(args, supervisor.version))
             repro_command = script_command(args, supervisor.cwd, repro_path,
                                            result.scenario["world_size"])
-        else:  # I4, I9, an I3 outside the twin form: the replay command reproduces it
+        else:  # I4, I9, an I3 or I6 outside the twin form: the replay command reproduces it
             repro_path = repro_command = None
         run.minimal[sig] = {
             "scenario": minimal_path, "repro": repro_path, "reproducible": True,

@@ -46,9 +46,9 @@ from .ledger import AttributeLedger, ObjectKey, WriteSkipped
 from .scenario import TensorLiteral, load_scenario
 from .verdict import FAILURES
 
-# The script checks what needs no dense twin; an I3 finding gets one where repro_twin.py's form
-# takes its scenario (scripts_for); I3 elsewhere, I4 and I9 get a minimal scenario and a replay
-# command.
+# The script checks what needs no dense twin; an I3 or I6 finding gets one where repro_twin.py's
+# form takes its scenario (scripts_for); I3 and I6 elsewhere, I4 and I9 get a minimal scenario and
+# a replay command.
 TARGET_INVARIANTS = schema.some("invariants", "I1", "I2", "I5") + FAILURES
 TWIN_INVARIANTS = schema.some("invariants", "I3", "I6")
 REFUSAL_TEXT = "already been initialized"
@@ -188,7 +188,7 @@ def code_lines(text):
 
 def scripts_for(scenario_path, target, stage=3):
     """Whether repro_script_text makes a script for `target` on this scenario: always for
-    TARGET_INVARIANTS, for I3 where the dense-twin form takes the scenario."""
+    TARGET_INVARIANTS, for I3 and I6 where the dense-twin form takes the scenario."""
     if target.get("invariant") in TARGET_INVARIANTS:
         return True
     if target.get("invariant") not in TWIN_INVARIANTS:
