@@ -132,11 +132,6 @@ def check_user_attrs(op_index):
                       f"expected {show(expected)}, got {actual}", once=(path, param, name, actual))
 
 
-def owner(value):
-    """The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size."""
-    return value % SCENARIO_WORLD_SIZE if type(value) is int else None
-
-
 def check_owner_by_attr(op_index):
     """I2: the owner from the user's attribute equals the owner from the live module."""
     for path, original in placed.items():
@@ -148,7 +143,8 @@ def check_owner_by_attr(op_index):
                    else f"the user's module at this path was replaced by a {type(live).__name__}")
         except Exception as e:  # the module is gone, or reading its attribute raised
             value, why = None, f"reading {PLACEMENT_ATTR} there raised {type(e).__name__}: {e}"
-        expected, actual = owner(user_value), owner(value)
+        # The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size.
+        expected, actual = (v % SCENARIO_WORLD_SIZE if type(v) is int else None for v in (user_value, value))
         if expected != actual:
             fail_once("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
                       f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
