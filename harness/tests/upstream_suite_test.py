@@ -28,7 +28,8 @@ import subprocess
 import sys
 
 from upstream_support import (EXPERT_SKIPPED, EXTRA, SKIP, TWIN_SCENARIOS, Edit, arguments, check,
-                              check_numbers, export, patched_tree, read, run, signatures, verdicts)
+                              check_numbers, export, patched_tree, read, replayer, run, signatures,
+                              verdicts)
 
 # DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it.
 DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=None)
@@ -84,7 +85,8 @@ def check_baseline(zerocheck, python, tree, work, common, scenarios, exported):
           "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion reported")
     summary = read(os.path.join(base, "summary.json"))
     check(summary["adapter_version"] == "0.14.5", "DeepSpeed 0.14.5 imported from the tree")
-    check_numbers(summary, found, "v0.14.5")
+    check_numbers(summary, found, "v0.14.5",
+                  replayer(zerocheck, common + ["--deepspeed-tree", tree], scenarios, work))
     check(os.path.exists(os.path.join(base, "report.md")), "report.md written")
 
     # 2. A patch that moves the counter to `ds_id`, judged against run 1.
