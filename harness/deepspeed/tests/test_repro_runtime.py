@@ -259,7 +259,11 @@ class TwinOfAScript(unittest.TestCase):
             rt.check_twin(3)
             rt.check_twin(4)  # still differs: reported once
             rt.check_loss(5, 0.5, 0.25)
-        self.assertEqual([(f[0], f[1]) for f in rt.failures], [("I3", "value"), ("I3", "loss")])
+            rt.check_twin(6, "I6", {"the value of the save of op 2": dict(rt.model.named_parameters())})
+        self.assertEqual([(f[0], f[1]) for f in rt.failures],
+                         [("I3", "value"), ("I3", "loss"), ("I6", "value")])
+        self.assertTrue(rt.failures[2][4].endswith("; it is the value of the save of op 2"),
+                        rt.failures[2][4])
         first = next(name for name, _ in rt.model.named_parameters())
         self.assertIn(f"op 3: parameter {first!r} differs from the dense twin's", rt.failures[0][4])
 

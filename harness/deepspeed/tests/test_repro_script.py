@@ -368,9 +368,11 @@ class TwinScript(unittest.TestCase):
         text = repro_script_text(tags, goal)
         self.assertLessEqual(code_lines(text), TWIN_BUDGET)
         for present in ("engine.save_checkpoint(CHECKPOINTS, tag='t1')",
-                        "saved9 = snapshot(twin.module, twin.optimizer)",
+                        "saves[9] = snapshot(twin.module, twin.optimizer)",
+                        "saves[14] = snapshot(twin.module, twin.optimizer)",
                         "engine.load_checkpoint(CHECKPOINTS, tag='t1', load_optimizer_states=False)",
-                        "twin.load(saved9, optimizer_states=False)", "check_twin(19, 'I6')"):
+                        "twin.load(saves[9], optimizer_states=False)",
+                        "check_twin(19, 'I6', dict(known, **{'the value before the load': before}))"):
             self.assertIn(present, text)
         script = self.write(tags, goal)
         port = str(29600 + (os.getpid() + 150) % 300)

@@ -324,17 +324,20 @@ def check_loss(op_index, loss, expected):
              f"loss {loss!r} differs from the dense twin's {expected!r}")
 
 
-def check_twin(op_index, invariant="I3"):
+def check_twin(op_index, invariant="I3", known=None):
     """I3 (I6 right after a load): every parameter (gathered whole) equals the dense twin's, bit
-    for bit."""
+    for bit. `known`: {what: {name: value}} of other states (another save, the value before the
+    load); a differing value that equals one is said to be it."""
     twins = dict(twin.module.named_parameters())
     for name, value in gathered(model).items():
         expected = twins[name].detach()
         if not torch.equal(value, expected):
             worst = (value - expected).abs().max().item()
+            it = next((f"; it is {what}" for what, values in (known or {}).items()
+                       if torch.equal(values[name], value)), "")
             fail_once(invariant, op_index, "value", "the dense twin's value", "differs",
                       f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
-                      f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()})",
+                      f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()}){it}",
                       once=(invariant, name))
 
 

@@ -63,7 +63,8 @@ def text(plan, target, script_name, stage, produced_on):
         '\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))  # the twin reduces over as many')
     if any(op.op == "save" for op in plan.scenario.ops):
         settings += ('\n# DeepSpeed saves and loads here (one folder for every rank; --plain keeps its '
-                     'saves in memory).\nCHECKPOINTS = os.path.abspath("checkpoints")')
+                     'saves in memory);\n# saves[op]: what the twin held at each save.\n'
+                     'CHECKPOINTS, saves = os.path.abspath("checkpoints"), {}')
     build = _build(plan, ()) + "\n\n" + "\n".join([
         "# The dense twin: a copy of the model as built, trained as data parallelism trains",
         "# WORLD_SIZE copies (under --plain by plain PyTorch's rules, else by DeepSpeed's).",
@@ -111,7 +112,7 @@ def _operations(plan, target, routes):
             tag = f", tag={op.tag!r}" if op.tag is not None else ""
             lines += [f"# op {i}: save" + (f" (tag {op.tag!r})" if tag else ""),
                       f"engine.save_checkpoint(CHECKPOINTS{tag})",
-                      f"saved{i} = snapshot(twin.module, twin.optimizer)"]
+                      f"saves[{i}] = snapshot(twin.module, twin.optimizer)"]
         elif op.op == "load":
             options = ((f", tag={op.tag!r}" if op.tag is not None else "")
                        + ("" if op.optimizer_states else ", load_optimizer_states=False")
@@ -119,10 +120,15 @@ def _operations(plan, target, routes):
             keep = op.optimizer_states and not op.module_only
             lines += [f"# op {i}: load the save of op {_saved_by(ops, i)}" + (
                           "" if keep else ": the parameters only, the optimizer's state stays"),
+                      "before = gathered(model)",
                       _fitted(f"engine.load_checkpoint(CHECKPOINTS{options})"),
-                      f"twin.load(saved{_saved_by(ops, i)}"
+                      f"twin.load(saves[{_saved_by(ops, i)}]"
                       + ("" if keep else ", optimizer_states=False") + ")",
-                      f"check_twin({i}, 'I6')"]
+                      "# a value that is not the twin's may be another state's: which one",
+                      f"known = {{f'the value of the save of op {{j}}': saves[j][0] for j in saves "
+                      f"if j != {_saved_by(ops, i)}}}",
+                      _fitted(f"check_twin({i}, 'I6', dict(known, **{{'the value before the load': "
+                              f"before}}))")]
             forward = False  # DeepSpeed's load drops what a forward left pending
         else:
             lines += _write_block(plan, i, op)
