@@ -9,7 +9,9 @@ declared here with neutral values so that this module imports and its tests can 
 (SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name) ->
 the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`, `OWNERS`,
 `SCENARIO_WORLD_SIZE`, `PREFIX`, `SIGNATURE`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
-`CONFIG`, `WORLD_SIZE` and `twin` (a Twin, in scripts that need the dense twin: I3). torch and the standard library only: a script never imports zerocheck_ds.
+`CONFIG`, `WORLD_SIZE` and `twin` (a Twin, in the scripts that need the dense twin: I3, and I6
+after a load; RouteCursor comes with tree.py's classes there). torch and the standard library
+only: a script never imports zerocheck_ds.
 """
 
 import ast
