@@ -67,12 +67,18 @@ class Checks(unittest.TestCase):
         self.assertEqual(rt.failures, [("I1", "id", "5", "7",
                                         "op 3: module '0' attribute 'id': expected 5, got 7")])
 
-    def test_fail_itself_reports_every_time_for_scripts_whose_checks_run_once(self):
+    def test_the_once_form_reports_every_time_for_scripts_whose_checks_run_once(self):
         rt.model[0].id = 7
-        self.addCleanup(setattr, rt, "fail_once", rt.fail_once)
-        rt.fail_once = rt.fail  # what a one-operation script binds (repro_runtime.ONCE_FORMS)
+        self.addCleanup(setattr, rt, "fail", rt.fail)
+        rt.fail = rt.record_failure  # what a one-operation script holds (repro_runtime.ONCE_FORMS)
         self.run_check(rt.check_user_attrs)
         self.run_check(rt.check_user_attrs)
+        self.assertEqual(len(rt.failures), 2)
+
+    def test_a_failure_without_an_identity_is_reported_every_time(self):
+        with contextlib.redirect_stdout(io.StringIO()):
+            for _ in range(2):
+                rt.fail("op", 3, None, "no exception", "KeyError", "step raised KeyError")
         self.assertEqual(len(rt.failures), 2)
 
     def test_a_read_that_raises_is_a_failure_with_the_error(self):
@@ -101,15 +107,13 @@ class Verdict(unittest.TestCase):
     def setUp(self):
         rt.failures.clear()
         rt._reported.clear()
-        rt.SIGNATURE = "sig"
-        self.addCleanup(setattr, rt, "SIGNATURE", "")
         with contextlib.redirect_stdout(io.StringIO()):
             rt.fail("op", 1, None, "no exception", "KeyError", "step raised KeyError: 'x'")
             rt.fail("I1", 2, "id", "5", "1", "module '0' attribute 'id': expected 5, got 1")
 
     def verdict(self, *target, **fields):
         with contextlib.redirect_stdout(io.StringIO()) as out, self.assertRaises(SystemExit) as e:
-            rt.verdict(*target, **fields)
+            rt.verdict("sig", *target, **fields)
         return e.exception.code, out.getvalue()
 
     def test_the_first_failure_like_the_target_is_reproduced_with_exit_1(self):
@@ -315,6 +319,53 @@ class RepeatedInitialize(unittest.TestCase):
         self.assertIn(("forward runs", "raised"), found)
 
 
+class RepeatedInitializeUnjudged(unittest.TestCase):
+    """A repeat where the finding is another invariant's: run as the replay runs it (the repeat,
+    then the probe's forward), nothing judged."""
+
+    def setUp(self):
+        rt.failures.clear()
+        rt.model = torch.nn.Linear(4, 4)
+        rt.SEED, rt.BATCH, rt.FEATURES = 1, 2, 4
+        self.calls = []
+
+    def repeat(self, again, forward=None, plain=False):
+        rt.PLAIN = plain
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            rt.repeat_initialize_unjudged(1, again, forward or self.forward)
+        return out.getvalue()
+
+    def forward(self, x):
+        self.calls.append(("forward", x, torch.is_grad_enabled()))
+        return rt.model(x)
+
+    def test_what_the_repeat_raises_is_printed_and_the_forward_still_runs(self):
+        def refuse():
+            self.calls.append("again")
+            raise ValueError("model has already been initialized")
+        self.assertEqual(self.repeat(refuse), "op 1: the repeated initialize raised ValueError: "
+                                              "model has already been initialized\n")
+        self.assertEqual(self.calls[0], "again")
+        _, x, grad = self.calls[1]
+        self.assertTrue(torch.equal(x, rt.probe_input(1)))  # the replay's probe input
+        self.assertFalse(grad)
+        self.assertEqual(rt.failures, [])  # I5's to judge, not this script's
+
+    def test_an_accepted_repeat_says_nothing_and_plain_never_calls_it(self):
+        self.assertEqual(self.repeat(lambda: self.calls.append("again")), "")
+        self.assertEqual(self.repeat(lambda: self.calls.append("plain"), plain=True), "")
+        self.assertEqual([c if isinstance(c, str) else c[0] for c in self.calls],
+                         ["again", "forward", "forward"])
+
+    def test_a_forward_that_raises_is_printed_not_a_failure(self):
+        def broken(x):
+            raise RuntimeError("partitioned")
+        self.assertEqual(self.repeat(lambda: None, broken),
+                         "op 1: the forward after it raised RuntimeError: partitioned\n")
+        self.assertEqual(rt.failures, [])
+
+
 class Fingerprint(unittest.TestCase):
     def test_changes_name_what_was_removed_changed_and_added_in_order(self):
         before = {"a": 1, "b": 2, "c": 3}
@@ -334,7 +385,7 @@ class Copier(unittest.TestCase):
     def test_a_function_comes_with_what_it_uses_and_nothing_else(self):
         text = rt.source(["check_user_attrs"])
         for needed in ("def check_user_attrs", "def same", "def show", "def fail(",
-                       "def fail_once(", "ABSENT = "):
+                       "def record_failure(", "ABSENT = "):
             self.assertIn(needed, text)
         for not_needed in ("def check_owner_by_attr", "def op_failed", "def skipped",
                            "model = None", "PREFIX = ", "ERRORS = "):
@@ -343,11 +394,35 @@ class Copier(unittest.TestCase):
         exec(compile(text, "copied", "exec"), namespace)  # stands alone with the script's globals
         self.assertTrue(namespace["same"](1, 1))
 
-    def test_the_closure_leaves_out_what_a_script_binds_itself(self):
+    def test_the_closure_leaves_out_what_a_script_defines_itself(self):
         self.assertEqual(rt.closure(["check_user_attrs"],
-                                    exclude=rt.SCRIPT_GLOBALS | {"same", "show", "fail_once"}),
+                                    exclude=rt.SCRIPT_GLOBALS | {"same", "show", "fail"}),
                          {"check_user_attrs", "ABSENT"})
         self.assertIn("_reported", rt.closure(["check_user_attrs"]))
+
+    def test_a_form_is_copied_under_its_general_name_in_place_of_it(self):
+        forms = {**rt.PLAIN_FORMS, **rt.ONCE_FORMS}
+        self.assertEqual(rt.closure(["check_user_attrs"], forms=forms),
+                         {"check_user_attrs", "ABSENT", "same_plain", "show_plain",
+                          "record_failure", "failures"})
+        text = rt.source(["check_user_attrs"], forms=forms)
+        for present in ("def same(expected, actual):", "def show(value):", "def fail(invariant,"):
+            self.assertIn(present, text)
+        for absent in ("def same_plain", "def show_plain", "def record_failure", "_reported",
+                       "def show(value, depth"):
+            self.assertNotIn(absent, text)
+        namespace = {"torch": torch, "PREFIX": "", "model": torch.nn.Linear(2, 2),
+                     "user_attrs": {("", "", "id"): 5}}
+        exec(compile(text, "copied", "exec"), namespace)  # stands alone with the script's globals
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            namespace["check_user_attrs"](0)
+            namespace["check_user_attrs"](1)  # the once form: reported again
+        self.assertEqual(out.getvalue().count("FAILED I1 at op "), 2, out.getvalue())
+        self.assertIn("module '' attribute 'id': expected 5, got <absent>", out.getvalue())
+
+    def test_a_form_used_by_its_own_name_too_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "'show_plain' is used by its own name"):
+            rt.closure(["show_plain"], forms=rt.PLAIN_FORMS)
 
     def test_an_unknown_name_is_refused(self):
         with self.assertRaisesRegex(KeyError, "defines no 'nothing'"):

@@ -13,7 +13,9 @@ import tempfile
 import unittest
 
 from . import support
+from zerocheck_ds import deepspeed_tree
 from zerocheck_ds.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
+from zerocheck_ds.repro_straight import DEEPSPEED_DEFAULTS, script_config
 
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]
@@ -117,17 +119,25 @@ class ReproScript(unittest.TestCase):
         seed = repro_script_text(os.path.join(support.FIXTURES, "repro", "seed_bug_shrunk.json"),
                                  target("I1", attribute="id", op_index=0, op="initialize"))
         self.assertLessEqual(code_lines(seed), ONE_OPERATION_BUDGET)
-        # One initialize of two placed experts (I2): the owner checks come with it. Over the
-        # budget (a ratchet, lowered, never raised: 93 before the plain forms, 66 before the owner
-        # policy was inlined).
-        placed = repro_script_text(os.path.join(support.FIXTURES, "repro",
-                                                "one_op_placement.json"),
-                                   target("I2", op_index=0, op="initialize"))
-        self.assertLessEqual(code_lines(placed), 64)
-        for straight in (text, placed, seed):  # no dispatcher, no stand-in engine class
+        # One initialize of two placed experts: the owner check comes with an I2 finding (93
+        # code lines before the plain forms, 64 before DeepSpeed's defaults left CONFIG), the
+        # attribute check with an I1 finding (61).
+        placement = os.path.join(support.FIXTURES, "repro", "one_op_placement.json")
+        placed = repro_script_text(placement, target("I2", op_index=0, op="initialize"))
+        self.assertLessEqual(code_lines(placed), ONE_OPERATION_BUDGET)
+        self.assertIn("def check_owner_by_attr(", placed)
+        placed_i1 = repro_script_text(placement, target("I1", attribute="id", op_index=0,
+                                                        op="initialize"))
+        self.assertLessEqual(code_lines(placed_i1), ONE_OPERATION_BUDGET)
+        self.assertNotIn("PLACEMENT_ATTR", placed_i1)  # nor the placement's comment
+        self.assertNotIn("# I2: each expert", placed_i1)
+        for straight in (text, placed, seed, placed_i1):  # no dispatcher, no stand-in engine
             for absent in ("def initialize(op_index", "class PlainEngine", "def check(",
-                           "_reported", "def fail_once"):  # each check runs once
+                           "_reported", "def record_failure"):  # each check runs once
                 self.assertNotIn(absent, straight)
+            self.assertIn("\ndef fail(invariant, op_index, attribute, expected, actual, text, "
+                          "once=None):", straight)  # record_failure, under its general name
+            self.assertLessEqual(max(map(len, straight.splitlines())), 100)
         # What produced it, in its header.
         import torch
         self.assertIn(f"(1 rank(s), 1 operations, ZeRO stage 2), on deepspeed 0.14.5, commit "
@@ -163,6 +173,24 @@ class ReproScript(unittest.TestCase):
             self.assertNotIn(absent, text)
         self.assertIn("must be refused\nrepeat_initialize(1, 'a live engine already manages", text)
 
+    def test_a_repeat_where_the_finding_is_not_I5s_runs_without_the_I5_checks(self):
+        # Two initializes of the root and an I1 finding at the repeat: the repeat and the
+        # probe's forward run as the replay runs them, the I5 checks (the fingerprint, the
+        # refusal rule) are I5's own script's: 165 and 171 code lines with them.
+        for scenario in (os.path.join(support.FIXTURES, "repro", "repeat_init.json"),
+                         os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests",
+                                      "oracle_scenarios", "repeat-refused-with-wrong-error.json")):
+            with self.subTest(name_of(scenario)):
+                text = repro_script_text(scenario, target("I1", attribute="id", op_index=1,
+                                                          op="initialize"))
+                self.assertLessEqual(code_lines(text), FIVE_OPERATIONS_BUDGET)
+                self.assertLessEqual(max(map(len, text.splitlines())), 100)
+                self.assertIn("\nrepeat_initialize_unjudged(1, lambda: initialize(model, ", text)
+                self.assertIn("check_user_attrs(1)\n", text)
+                for absent in ("def fingerprint", "def is_refusal", "def repeat_initialize(",
+                               "import re"):
+                    self.assertNotIn(absent, text)
+
     def test_repeats_are_announced_where_a_correct_engine_refuses_them(self):
         text = repro_script_text(support.good("tied_frozen_values"), target("I5"))
         blocks = {b.split(":")[0]: b for b in text.split("\n# op ")[1:]}
@@ -191,7 +219,9 @@ class ReproScript(unittest.TestCase):
             (("repro", "five_ops.json"), target("I1", attribute="ds_id", op_index=4)),
             (("repro", "five_ops.json"), target("op", exception_type="RuntimeError",
                                                 op_index=3)),
-            (("repro", "repeat_init.json"), target("I5", op_index=1)))]
+            (("repro", "repeat_init.json"), target("I5", op_index=1)),
+            (("repro", "repeat_init.json"), target("I1", attribute="tag", op_index=1)),
+            (("repro", "one_op_placement.json"), target("I1", attribute="id", op_index=0)))]
         # One interpreter runs them all, each as `python3 SCRIPT --plain` would (as __main__,
         # fresh globals): torch's import is most of a run's time.
         batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
@@ -287,6 +317,36 @@ class ReproScript(unittest.TestCase):
                 self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
                 self.assertIn("REPRODUCED " + goal["signature"], run.stdout)
 
+    def test_a_repeat_in_an_I1_script_finds_on_the_stub_what_the_replay_finds(self):
+        # The user's `ds_id` (what the stub numbers) and two initializes of the root: the
+        # script runs the repeat without judging it, and checks I1 after each initialize.
+        with open(os.path.join(support.FIXTURES, "repro", "repeat_init.json"),
+                  encoding="utf-8") as f:
+            scenario = json.load(f)
+        scenario["tree"][1]["attrs"] = [{"name": "ds_id", "value": 7}]
+        path = os.path.join(self.dir, "repeat_ds_id.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(scenario, f)
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", path, "--out", out, "--adapter", "deepspeed"],
+                                 extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        with open(os.path.join(out, "repeat_ds_id.verdict.json"), encoding="utf-8") as f:
+            findings = json.load(f)["findings"]
+        self.assertIn("I5", {f["invariant"] for f in findings})  # the script's to leave alone
+        goal = target("I1", attribute="ds_id", op_index=1, op="initialize")
+        script = self.write(path, goal)
+        with open(script, encoding="utf-8") as f:
+            self.assertIn("repeat_initialize_unjudged(1,", f.read())
+        run, = self.run_scripts([script], extra_paths=[support.STUB_DEEPSPEED])
+        found = collections.Counter((inv, int(op) if op else None)
+                                    for inv, op in FAILED_LINE.findall(run.stdout))
+        self.assertEqual(found, collections.Counter((f["invariant"], f["op_index"])
+                                                    for f in findings if f["invariant"] == "I1"),
+                         run.stdout)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn("REPRODUCED test I1: expected 7, got ", run.stdout)
+
     def test_a_training_script_reproduces_a_raising_step_as_the_replay_does(self):
         five = os.path.join(support.FIXTURES, "repro", "five_ops.json")
         out = os.path.join(self.dir, "verdicts")
@@ -315,6 +375,87 @@ class ReproScript(unittest.TestCase):
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertIn("REPRODUCED test op: expected no exception, got RuntimeError (op 3: step "
                       "raised RuntimeError: stub deepspeed: step failed on purpose)", run.stdout)
+
+
+# DeepSpeed v0.14.5's source, where the project's checkout has the shared trees beside it.
+DEEPSPEED_V0_14_5 = os.path.join(os.path.dirname(os.path.dirname(support.PACKAGE_ROOT)), "..",
+                                 "shared", "deepspeed", "v0.14.5")
+# Run in a process that imports DeepSpeed: for each [config, other] of the JSON list in argv[1],
+# the names of the attributes of DeepSpeedConfig that differ between the two.
+PARSED_CONFIG_DIFFERENCES = """
+import json, sys
+from deepspeed.runtime.config import DeepSpeedConfig
+
+def plain(value):
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value  # pp_int too: an int
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    return (type(value).__name__, plain(vars(value))) if hasattr(value, "__dict__") else value
+
+def parsed(config):
+    return {k: plain(v) for k, v in vars(DeepSpeedConfig(config)).items() if k != "_param_dict"}
+
+for config, other in json.loads(sys.argv[1]):
+    a, b = parsed(config), parsed(other)
+    print("differing:", json.dumps(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))))
+"""
+
+
+class ScriptConfig(unittest.TestCase):
+    """A script's CONFIG leaves out what DeepSpeed holds anyway (repro_straight.DEEPSPEED_DEFAULTS),
+    and DeepSpeed reads it as it reads the replay's."""
+
+    REPLAYED = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                "steps_per_print": 10, "zero_optimization": {
+                    "stage": 3, "stage3_param_persistence_threshold": 100000,
+                    "reduce_bucket_size": 500000000}, "zero_allow_untested_optimizer": True}
+
+    def test_deepspeeds_own_defaults_are_left_out_and_nothing_else(self):
+        replayed = json.loads(json.dumps(self.REPLAYED))
+        self.assertEqual(script_config(replayed), {
+            "train_micro_batch_size_per_gpu": 2, "steps_per_print": 10,
+            "zero_optimization": {"stage": 3}, "zero_allow_untested_optimizer": True})
+        self.assertEqual(replayed, self.REPLAYED)  # a copy
+        # With a train_batch_size, DeepSpeed derives the steps from it: they stay.
+        self.assertEqual(script_config({"train_batch_size": 4, "gradient_accumulation_steps": 1,
+                                        "train_micro_batch_size_per_gpu": 2}),
+                         {"train_batch_size": 4, "gradient_accumulation_steps": 1,
+                          "train_micro_batch_size_per_gpu": 2})
+        kept = {"gradient_accumulation_steps": 2, "zero_optimization": {
+            "stage3_param_persistence_threshold": 0, "reduce_bucket_size": 5}}
+        self.assertEqual(script_config(kept), kept)
+
+    def test_the_defaults_are_what_deepspeed_v0_14_5_holds(self):
+        if not os.path.isfile(os.path.join(DEEPSPEED_V0_14_5, "deepspeed", "__init__.py")):
+            self.skipTest(f"no DeepSpeed v0.14.5 source at {DEEPSPEED_V0_14_5}")
+        with tempfile.TemporaryDirectory() as folder:
+            staged = deepspeed_tree.stage(DEEPSPEED_V0_14_5, os.path.join(folder, "v0.14.5"))
+            env = dict(os.environ, **deepspeed_tree.environment(
+                staged, deepspeed_tree.default_shims(DEEPSPEED_V0_14_5)))
+            for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+                env.pop(name, None)
+            base = script_config(self.REPLAYED)
+            pairs = [[self.REPLAYED, base]]  # each key left out, or all of them: no difference
+            for path, default in DEEPSPEED_DEFAULTS.items():
+                with_default = json.loads(json.dumps(base))
+                section = with_default
+                for key in path[:-1]:
+                    section = section.setdefault(key, {})
+                section[path[-1]] = default
+                pairs.append([with_default, base])
+            # The comparison sees a value that is not the default.
+            pairs.append([dict(base, zero_optimization={"stage": 3, "reduce_bucket_size": 5}),
+                          base])
+            run = subprocess.run([sys.executable, "-c", PARSED_CONFIG_DIFFERENCES,
+                                  json.dumps(pairs)], cwd=staged, env=env, capture_output=True,
+                                 text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        differences = [json.loads(line[len("differing:"):]) for line in run.stdout.splitlines()
+                       if line.startswith("differing:")]  # DeepSpeed logs there too
+        self.assertEqual(differences, [[]] * (len(pairs) - 1) + [["zero_config"]], run.stdout)
 
 
 def matches(goal, finding):

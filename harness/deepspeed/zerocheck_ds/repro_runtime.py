@@ -4,11 +4,12 @@ checks (the I5 fingerprint and DeepSpeed's refusal rule, which the replay uses t
 
 Real, tested code (tests/test_repro_runtime.py) that repro_script.py and repro_straight.py copy
 into a script with inspect.getsource, definition by definition, only the ones the script uses
-and what they use (`closure` below). The functions read the script's globals, which are
-declared here with neutral values so that this module imports and its tests can set them
-(SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name) ->
-the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`, `OWNERS`,
-`SCENARIO_WORLD_SIZE`, `PREFIX`, `SIGNATURE`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
+and what they use (`closure` below), a general function's simpler form under the general name
+where it does the same job (PLAIN_FORMS, ONCE_FORMS). The functions read the script's globals,
+which are declared here with neutral values so that this module imports and its tests can set
+them (SCRIPT_GLOBALS): `model`, `user_attrs` (module path, parameter name or "", attribute name)
+-> the user's last write, `placed` path -> the module the user placed, `PLACEMENT_ATTR`,
+`OWNERS`, `SCENARIO_WORLD_SIZE`, `PREFIX`, `PLAIN`, `SEED`, `RANK`, `BATCH`, `FEATURES`,
 `CONFIG`, `WORLD_SIZE` and `twin` (a Twin, in the scripts that need the dense twin: I3, and I6
 after a load; RouteCursor comes with tree.py's classes there). torch and the standard library
 only: a script never imports zerocheck_ds.
@@ -38,7 +39,6 @@ PLACEMENT_ATTR = None
 OWNERS = {}
 SCENARIO_WORLD_SIZE = 1
 PREFIX = ""
-SIGNATURE = ""
 PLAIN = False
 SEED, RANK, BATCH, FEATURES = 0, 0, 1, 1
 WORLD_SIZE = 1
@@ -48,20 +48,20 @@ failures = []  # (invariant, attribute, expected, actual, "where: text"), in the
 _reported = set()
 
 
-def fail(invariant, op_index, attribute, expected, actual, text, once=None):
-    """Records and prints a failure. `once` (its identity) is fail_once's: a script whose checks
-    run once binds fail_once to this function."""
+def record_failure(invariant, op_index, attribute, expected, actual, text, once=None):
+    """Records and prints a failure. `once` is for fail(), which reports a failure with that
+    identity only once: a script where no check runs twice has this function as its fail()."""
     text = ("build/teardown" if op_index is None else f"op {op_index}") + f": {text}"
     failures.append((invariant, attribute, expected, actual, text))
     print(f"{PREFIX}FAILED {invariant} at {text}", flush=True)
 
 
-def fail_once(*failure, once):
-    """fail() the first time its identity `once` is seen: a clobbered attribute stays clobbered,
-    and is reported when it first appears (or changes)."""
-    if once not in _reported:
+def fail(*failure, once=None):
+    """record_failure(), every time, or with an identity `once` the first time it is seen: a
+    clobbered attribute stays clobbered, and is reported when it first appears (or changes)."""
+    if once is None or once not in _reported:
         _reported.add(once)
-        fail(*failure)
+        record_failure(*failure)
 
 
 def op_failed(op_index, op, error):
@@ -130,8 +130,8 @@ def check_user_attrs(op_index):
             actual = f"<reading it raised {type(e).__name__}: {e}>"
         if actual is not None:
             where = f"module {path!r}" + (f" parameter {param!r}" if param else "")
-            fail_once("I1", op_index, name, show(expected), actual, f"{where} attribute {name!r}: "
-                      f"expected {show(expected)}, got {actual}", once=(path, param, name, actual))
+            fail("I1", op_index, name, show(expected), actual, f"{where} attribute {name!r}: "
+                 f"expected {show(expected)}, got {actual}", once=(path, param, name, actual))
 
 
 def check_owner_by_attr(op_index):
@@ -146,11 +146,12 @@ def check_owner_by_attr(op_index):
         except Exception as e:  # the module is gone, or reading its attribute raised
             value, why = None, f"reading {PLACEMENT_ATTR} there raised {type(e).__name__}: {e}"
         # The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size.
-        expected, actual = (v % SCENARIO_WORLD_SIZE if type(v) is int else None for v in (user_value, value))
+        expected, actual = (v % SCENARIO_WORLD_SIZE if type(v) is int else None
+                            for v in (user_value, value))
         if expected != actual:
-            fail_once("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
-                      f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
-                      f"{show(user_value)}) became {actual} ({why})", once=(path, expected, actual))
+            fail("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
+                 f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
+                 f"{show(user_value)}) became {actual} ({why})", once=(path, expected, actual))
 
 
 def check_owner_by_map(op_index):
@@ -164,8 +165,8 @@ def check_owner_by_map(op_index):
             live, why = None, f"no module at this path any more: {type(e).__name__}"
         if live is not original:
             expected = f"rank {OWNERS[path]}, the user's module"
-            fail_once("I2", op_index, None, expected, "None", f"module {path!r}: owner rank "
-                      f"{expected} (placement map) became None ({why})", once=("I2", path))
+            fail("I2", op_index, None, expected, "None", f"module {path!r}: owner rank "
+                 f"{expected} (placement map) became None ({why})", once=("I2", path))
 
 
 def initialize(model, optimizer, config, stand_in=None):
@@ -337,10 +338,10 @@ def check_twin(op_index, invariant="I3", known=None):
             worst = (value - expected).abs().max().item()
             it = next((f"; it is {what}" for what, values in (known or {}).items()
                        if torch.equal(values[name], value)), "")
-            fail_once(invariant, op_index, "value", "the dense twin's value", "differs",
-                      f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
-                      f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()}){it}",
-                      once=(invariant, name))
+            fail(invariant, op_index, "value", "the dense twin's value", "differs",
+                 f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
+                 f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()}){it}",
+                 once=(invariant, name))
 
 
 def seeded_tensor(seed, tag, key, shape, bound):
@@ -461,13 +462,33 @@ def repeat_initialize(op_index, why, optimizers, again, forward):
              f"{type(e).__name__}: {e}")
 
 
-def verdict(invariant, attribute=None, actual=None, expected_start=""):
-    """REPRODUCED (the first failure like the target) and exit 1, else NOT REPRODUCED and exit 0.
-    A target field left None matches anything."""
+def repeat_initialize_unjudged(op_index, again, forward):
+    """A repeated initialize where the finding is not I5's, run as the replay runs it: `again()`,
+    the repeat (under --plain not called: refused, as a correct engine refuses it), then
+    training's `forward(x)` without gradients. Whether the repeat is refused, changes nothing and
+    leaves training running is I5's to judge, in a script of its own: what raises is printed,
+    and is no failure here."""
+    try:
+        if not PLAIN:
+            again()
+    except ERRORS as e:
+        print(f"{PREFIX}op {op_index}: the repeated initialize raised {type(e).__name__}: {e}",
+              flush=True)
+    try:  # a forward without gradients changes no state
+        with torch.no_grad():
+            forward(probe_input(op_index))
+    except ERRORS as e:
+        print(f"{PREFIX}op {op_index}: the forward after it raised {type(e).__name__}: {e}",
+              flush=True)
+
+
+def verdict(signature, invariant, attribute=None, actual=None, expected_start=""):
+    """REPRODUCED `signature` (the first failure like the target) and exit 1, else NOT
+    REPRODUCED `signature` and exit 0. A target field left None matches anything."""
     found = [f[2:] for f in failures if f[0] == invariant and attribute in (None, f[1])
              and actual in (None, f[3]) and f[2].startswith(expected_start)]
-    print(PREFIX + ("REPRODUCED {}: expected {}, got {} ({})".format(SIGNATURE, *found[0]) if found
-                    else f"NOT REPRODUCED {SIGNATURE}"), flush=True)
+    print(PREFIX + ("REPRODUCED {}: expected {}, got {} ({})".format(signature, *found[0]) if found
+                    else f"NOT REPRODUCED {signature}"), flush=True)
     # With torch.distributed up, skip its teardown at interpreter exit: it aborts (SIGABRT) when
     # the other rank has already gone, and the exit code must be the verdict's.
     (os._exit if torch.distributed.is_initialized() else sys.exit)(1 if found else 0)
@@ -475,12 +496,13 @@ def verdict(invariant, attribute=None, actual=None, expected_start=""):
 
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
-                  "SCENARIO_WORLD_SIZE", "PREFIX", "SIGNATURE", "PLAIN", "SEED", "RANK", "BATCH",
-                  "FEATURES", "CONFIG", "WORLD_SIZE", "twin"}
-# Where the user's values hold no tensor or list, a script binds these to their _plain forms.
+                  "SCENARIO_WORLD_SIZE", "PREFIX", "PLAIN", "SEED", "RANK", "BATCH", "FEATURES",
+                  "CONFIG", "WORLD_SIZE", "twin"}
+# A general function -> its simpler form, which a script copies under the general name where
+# it does the same job there (source's `forms`). Where the user's values hold no tensor or list:
 PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
-# Where every check runs once (one operation), nothing repeats: fail_once is fail itself.
-ONCE_FORMS = {"fail_once": "fail"}
+# Where no check runs twice (one operation, or no check), nothing is to be reported only once:
+ONCE_FORMS = {"fail": "record_failure"}
 
 
 def definitions(module):
@@ -501,25 +523,38 @@ def definitions(module):
     return found
 
 
-def closure(names, module=None, exclude=SCRIPT_GLOBALS):
+def closure(names, module=None, exclude=SCRIPT_GLOBALS, forms=None):
     """`names` and every name of `module` (default: this one) they use, `exclude` (the script's
-    own globals) left out. Raises KeyError for a name the module does not define."""
-    found = definitions(module or sys.modules[__name__])
+    own globals) left out; a name in `forms` (general -> simpler form) stands for its form.
+    Raises KeyError for a name the module does not define, ValueError for a form that is also
+    used by its own name (the script holds it under the general one)."""
+    module, forms = module or sys.modules[__name__], forms or {}
+    found = definitions(module)
     wanted, todo = set(), list(names)
     while todo:
         name = todo.pop()
+        if name in forms.values():
+            general = next(g for g, form in forms.items() if form == name)
+            raise ValueError(f"{name!r} is used by its own name and stands for {general!r} too")
+        name = forms.get(name, name)
         if name in wanted or name in exclude:
             continue
         if name not in found:
-            raise KeyError(f"{(module or sys.modules[__name__]).__name__} defines no {name!r}")
+            raise KeyError(f"{module.__name__} defines no {name!r}")
         wanted.add(name)
         todo.extend(n for n in found[name][1] if n in found)
     return wanted
 
 
-def source(names, module=None, exclude=SCRIPT_GLOBALS):
-    """The text defining closure(names, module, exclude), in the module's order. Raises KeyError
-    as closure() does."""
-    wanted = closure(names, module, exclude)
-    found = definitions(module or sys.modules[__name__])
-    return "\n\n\n".join(text for name, (text, _) in found.items() if name in wanted)
+def source(names, module=None, exclude=SCRIPT_GLOBALS, forms=None):
+    """The text defining closure(names, module, exclude, forms), in the module's order, a form
+    defined under its general name. Raises as closure() does."""
+    wanted = closure(names, module, exclude, forms)
+    general = {form: name for name, form in (forms or {}).items()}
+    texts = []
+    for name, (text, _) in definitions(module or sys.modules[__name__]).items():
+        if name in general:
+            text = text.replace(f"def {name}(", f"def {general[name]}(", 1)
+        if name in wanted:
+            texts.append(text)
+    return "\n\n\n".join(texts)

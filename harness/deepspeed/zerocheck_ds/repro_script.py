@@ -106,7 +106,7 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
                                           or "release" in plan.ops_used)
     # The script's own steps first; then only the definitions they use are copied in (from
     # tree.py and repro_runtime.py), and only the modules they name are imported.
-    settings, engine = _settings(plan, target, stage), _engine(plan)
+    settings, engine = _settings(plan, stage), _engine(plan)
     steps = [_operation_helpers(plan), _build(plan), _operations(plan), _verdict(target)]
     used = _names_used("\n".join([settings, engine] + steps))
     copied = [_copied("the model's classes (every module maps FEATURES -> FEATURES)", tree, used),
@@ -160,12 +160,12 @@ def _without_unused(sections):
         text = re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines))
 
 
-def _copied(title, module, used, bound=()):
-    """The definitions of `module` that `used` names, and what they need, under a rule; or "".
-    `bound`: names the script defines itself, never copied."""
+def _copied(title, module, used, forms=None, note=""):
+    """The definitions of `module` that `used` names, and what they need, under a rule and a
+    comment `note`; or "". `forms`: general name -> the simpler form copied under it."""
     wanted = sorted(used & set(repro_runtime.definitions(module)))
-    return (_rule(title) + "\n\n" + repro_runtime.source(
-        wanted, module, repro_runtime.SCRIPT_GLOBALS | set(bound)) if wanted else "")
+    return (_rule(title) + "\n\n" + note + repro_runtime.source(
+        wanted, module, repro_runtime.SCRIPT_GLOBALS, forms) if wanted else "")
 
 
 def code_lines(text):
@@ -231,6 +231,9 @@ class _Plan:
         self.features = "FEATURES"  # how the constructors name the width (a number, inlined)
         # Whether Sequential nodes may be torch's (no MoE takes a route): the straight form's.
         self.torch_sequential = False
+        # Whether the placement section sets SCENARIO_WORLD_SIZE (the straight form's: only
+        # placement uses it there), or the settings do.
+        self.placement_world_size = False
         # Whether any forward runs (an op, or the probe after a repeated initialize): without
         # one, parameter values and the containers' forward never matter, and the script
         # leaves out the seeded values and the route-taking classes.
@@ -299,6 +302,26 @@ def _object_source(module_path, param):
 
 def _key_source(key):
     return f"{key.module!r}, {key.param!r}"
+
+
+def _fitted(call):
+    """A call in lines of at most 100 columns where its arguments allow: each line ends at an
+    argument's comma, the next under the first argument."""
+    opening, depth, commas = call.index("(") + 1, 0, []
+    for i, c in enumerate(call):  # the commas between the call's own arguments
+        depth += (c in "([{") - (c in ")]}")
+        if c == "," and depth == 1 and i >= opening:
+            commas.append(i)
+    lines, start = [], 0
+    while len(call) - start + (opening if lines else 0) > 100:
+        width = 100 - (opening if lines else 0)
+        fitting = [i for i in commas if start < i < start + width]
+        if not fitting:
+            break
+        lines.append(call[start:fitting[-1] + 1])
+        start = fitting[-1] + 2
+    lines.append(call[start:])
+    return ("\n" + " " * opening).join(lines)
 
 
 # ---- sections --------------------------------------------------------------------------------
@@ -386,7 +409,7 @@ def _config_lines(config, indent):
     return lines
 
 
-def _settings(plan, target, stage):
+def _settings(plan, stage):
     s = plan.scenario
     config = copy.deepcopy(s.config)
     config["zero_optimization"]["stage"] = stage
@@ -412,7 +435,6 @@ def _settings(plan, target, stage):
 PLAIN = sys.argv[1:] == ["--plain"]
 RANK = int(os.environ.get("RANK", "0"))
 WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))
-SIGNATURE = {target["signature"]!r}
 {numbers}
 CONFIG = {{  # ZeRO stage {stage}{" (the scenario's is 3)" if stage != 3 else ""}
 {config}
@@ -672,39 +694,55 @@ def _operation_helpers(plan):
     return "\n\n\n".join(p.strip("\n") for p in parts)
 
 
-def _constructor(plan, node):
-    features = plan.features
-    children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
+def _tree_class(plan, node):
+    """The name of tree.py's class a node is built with, or None where one of torch's does the
+    same job here."""
     if node.kind == "Sequential" and plan.torch_sequential:
-        return f"nn.Sequential({children[1:-1]})"  # no route to hand on: torch's runs the same
-    if not plan.runs_forward and node.kind in schema.some("node_kinds", "Sequential", "ModuleList"):
-        # The same children under the same names; no forward runs through them.
-        return f"nn.{node.kind}({children[1:-1] if node.kind == 'Sequential' else children})"
-    # An Expert or MoE where no forward runs: a ModuleDict of the same children under the same
-    # names (an engine sees the same modules and parameters; no route-taking classes).
-    if not plan.runs_forward and node.kind == "Expert":
-        return f"nn.ModuleDict({{'linear': nn.Linear({features}, {features})}})"
-    if not plan.runs_forward and node.kind == "MoE":
-        return f"nn.ModuleDict({{'experts': nn.ModuleList({children})}})"
+        return None  # no route to hand on: torch's runs the same
+    if not plan.runs_forward and node.kind != "Offset":
+        # No forward runs through it: torch's containers (a ModuleDict for an Expert or MoE)
+        # hold the same modules and parameters under the same names.
+        return None
     return schema.every("node_kinds", {
-        "Linear": f"nn.Linear({features}, {features}" + ("" if node.bias else ", bias=False") + ")",
-        "LayerNorm": f"nn.LayerNorm({features})",
-        "Tanh": "nn.Tanh()",
-        "Offset": f"OffsetNode({tuple(node.shape)!r})",
-        "Expert": f"ExpertNode({features})",
-        "Sequential": f"SequentialNode({children})",
-        "ModuleList": f"ModuleListNode({children})",
-        "MoE": f"MoENode({children})",
+        "Linear": None, "LayerNorm": None, "Tanh": None, "Offset": "OffsetNode",
+        "Expert": "ExpertNode", "Sequential": "SequentialNode", "ModuleList": "ModuleListNode",
+        "MoE": "MoENode",
     })[node.kind]
 
 
-def _build(plan, checks=("check",)):
+def _constructor(plan, node, nn):
+    """The source building `node`, torch's modules named through `nn` ("nn" or "torch.nn")."""
+    features, cls = plan.features, _tree_class(plan, node)
+    children = "[" + ", ".join(f"n{c}" for c in node.children) + "]"
+    if node.kind == "Offset":
+        return f"{cls}({tuple(node.shape)!r})"
+    if cls is not None:
+        return f"{cls}({features if node.kind == 'Expert' else children})"
+    return schema.every("node_kinds", {
+        "Linear": f"{nn}.Linear({features}, {features}" + ("" if node.bias else ", bias=False")
+                  + ")",
+        "LayerNorm": f"{nn}.LayerNorm({features})",
+        "Tanh": f"{nn}.Tanh()",
+        "Offset": None,
+        "Expert": f"{nn}.ModuleDict({{'linear': {nn}.Linear({features}, {features})}})",
+        "Sequential": f"{nn}.Sequential({children[1:-1]})",
+        "ModuleList": f"{nn}.ModuleList({children})",
+        "MoE": f"{nn}.ModuleDict({{'experts': {nn}.ModuleList({children})}})",
+    })[node.kind]
+
+
+def _build(plan, checks=("check",), placement=True):
+    """The scenario's model and the user's attributes and optimizer; with `placement`, what the
+    I2 checks read; then `checks` after the build."""
     s, built = plan.scenario, plan.built
     lines = [_rule("the scenario"), "",
              "# The model, one variable per node; a node listed twice is one shared (tied) module."]
+    # torch.nn spelled out, unless tree.py's classes (which say nn) come with the script.
+    nn = "nn" if any(_tree_class(plan, s.tree[i]) for i in built.nodes) else "torch.nn"
     for index in sorted(built.nodes, reverse=True):  # children have larger indices
         node = s.tree[index]
-        lines.append(f"{'model = ' if index == 0 else ''}n{index} = {_constructor(plan, node)}")
+        lines.append(f"{'model = ' if index == 0 else ''}n{index} = "
+                     f"{_constructor(plan, node, nn)}")
         lines += [f"n{index}.{name}.requires_grad_(False)" for name in node.frozen]
     lines += [_comment(f"tree[{i}] is not built: no parent lists it") for i in built.unreachable]
     if plan.runs_forward:
@@ -739,8 +777,8 @@ def _build(plan, checks=("check",)):
     optimizer = _user_optimizer_source(plan)
     lines.append(f"user_optimizer = {optimizer}" + ("  # the model has no trainable parameters"
                                                     if optimizer == "None" else ""))
-    lines += _placement_setup(plan)
-    return "\n".join(lines + [""] + [f"{check}(None)" for check in checks])
+    lines += _placement_setup(plan) if placement else []
+    return "\n".join(lines + ([""] + [f"{check}(None)" for check in checks] if checks else []))
 
 
 def _user_optimizer_source(plan):
@@ -762,10 +800,15 @@ def _optimizer_source(scenario, params_source):
 def _placement_setup(plan):
     policy, built = plan.placement, plan.built
     if policy.kind == "attr_mod":
+        placed = _dict_source({path: plan.module_source(path) for path in built.expert_paths},
+                              "placed")
+        if plan.placement_world_size:  # the settings have no SCENARIO_WORLD_SIZE
+            return ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod the "
+                        f"scenario's world size.",
+                    f"PLACEMENT_ATTR, SCENARIO_WORLD_SIZE = {policy.attr!r}, "
+                    f"{plan.scenario.world_size}", placed]
         return ["", f"# I2: each expert's owner rank is its {policy.attr!r} mod "
-                    f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}",
-                _dict_source({path: plan.module_source(path) for path in built.expert_paths},
-                             "placed")]
+                    f"SCENARIO_WORLD_SIZE.", f"PLACEMENT_ATTR = {policy.attr!r}", placed]
     if policy.kind == "map":
         lines = ["", "# I2: the placement map, and the module the user placed at each path."]
         entries = []
@@ -879,12 +922,12 @@ def _verdict(target):
     if invariant in ("crash", "hang"):
         return (_rule("verdict") + "\n\n"
                 f"# The target is a {invariant}: reaching this line means every step finished.\n"
-                f"verdict({invariant!r})")
-    arguments = [repr(invariant)]
+                + _fitted(f"verdict({target['signature']!r}, {invariant!r})"))
+    arguments = [repr(target["signature"]), repr(invariant)]
     if target.get("attribute") is not None:
         arguments.append(f"attribute={target['attribute']!r}")
     if invariant == "op" and target.get("exception_type"):
         arguments.append(f"actual={target['exception_type']!r}")
     if invariant == "I5" and target.get("i5_expected"):  # accepted / wrong error / changed
         arguments.append(f"expected_start={target['i5_expected']!r}")
-    return _rule("verdict") + "\n\n" + f"verdict({', '.join(arguments)})"
+    return _rule("verdict") + "\n\n" + _fitted(f"verdict({', '.join(arguments)})")

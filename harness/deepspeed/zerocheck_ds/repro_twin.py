@@ -20,10 +20,10 @@ scenario and replay command.
 """
 
 from . import repro_runtime, schema, tree
-from .repro_script import (TWIN_INVARIANTS, _build, _comment, _copied, _header, _names_used,
-                           _optimizer_source, _user_optimizer_source, _verdict, _without_unused,
-                           _write_block)
-from .repro_straight import _fitted, _settings, _training
+from .repro_script import (TWIN_INVARIANTS, _build, _comment, _copied, _fitted, _header,
+                           _names_used, _optimizer_source, _user_optimizer_source, _verdict,
+                           _without_unused, _write_block)
+from .repro_straight import _settings, _training
 
 _WRITES = schema.some("ops", "set_attr", "del_attr")
 _TRAINING = schema.some("ops", "forward", "backward", "step", "zero_grad")
@@ -59,13 +59,13 @@ def text(plan, target, script_name, stage, produced_on):
     routes = any(op.op == "forward" and op.route for op in plan.scenario.ops)
     plan.features = str(plan.scenario.features)
     plan.torch_sequential = not routes  # route-taking classes only where an MoE takes a route
-    settings = _settings(plan, target, stage) + (
+    settings = _settings(plan, stage) + (
         '\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))  # the twin reduces over as many')
     if any(op.op == "save" for op in plan.scenario.ops):
         settings += ('\n# DeepSpeed saves and loads here (one folder for every rank; --plain keeps its '
                      'saves in memory);\n# saves[op]: what the twin held at each save.\n'
                      'CHECKPOINTS, saves = os.path.abspath("checkpoints"), {}')
-    build = _build(plan, ()) + "\n\n" + "\n".join([
+    build = _build(plan, (), placement=False) + "\n\n" + "\n".join([
         "# The dense twin: a copy of the model as built, trained as data parallelism trains",
         "# WORLD_SIZE copies (under --plain by plain PyTorch's rules, else by DeepSpeed's).",
         "twin_model = copy.deepcopy(model)"])
