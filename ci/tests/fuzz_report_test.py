@@ -9,9 +9,16 @@ triage/signatures.tsv, table.txt and engine/faults.h. Checks the PNG plots when 
 (under CI=true a missing gnuplot fails: ci/setup installs gnuplot-nox), the page without gnuplot,
 that the page is self-contained (no script, nothing remote, every link resolves), and the
 generator's usage errors.
+
+Then runs `ci/fuzz-fault-hunt --all --random` with the fakes of ci/tests/fakes/ (a campaign that
+copies those fixtures, a zerocheck that prints check's JSON): the time-to-find tables (JSON,
+table.md, the page) must hold what this test recomputes from the hunts' files, the runner must
+pass each fault's target, seed and budget, and a cap that leaves no room must show the hunts it
+cut off as "not run (cap)".
 """
 import html
 import html.parser
+import json
 import os
 import shutil
 import subprocess
@@ -46,7 +53,7 @@ class Page(html.parser.HTMLParser):
 
     def __init__(self, text):
         super().__init__(convert_charrefs=True)
-        self.by_id, self.crashes, self.faults, self.links, self.pres = {}, [], [], [], []
+        self.by_id, self.crashes, self.faults, self.links, self.pres, self.rows = {}, [], [], [], [], {}
         self.tags = set()
         self._pre = None
         self.feed(text)
@@ -60,6 +67,9 @@ class Page(html.parser.HTMLParser):
             self.crashes.append(a)
         if tag == "tr" and "fault" in a.get("class", "").split():
             self.faults.append(a)
+        if tag == "tr":
+            for name in a.get("class", "").split():
+                self.rows.setdefault(name, []).append(a)
         for key in ("href", "src"):
             if key in a:
                 self.links.append(a[key])
@@ -300,10 +310,182 @@ def check_hunt(directory, name):
     check_self_contained(directory, text, page, name)
 
 
+# ---------------------------------------------------------------------------------------------
+# ci/fuzz-fault-hunt --all and `ci/fuzz-report time-to-find`, driven with the fakes of
+# ci/tests/fakes/ (a campaign that copies the fixtures above, a zerocheck that prints check's JSON)
+# ---------------------------------------------------------------------------------------------
+
+HUNT = os.path.join(REPO, "ci", "fuzz-fault-hunt")
+FAKES = os.path.join(REPO, "ci", "tests", "fakes")
+HUNT_FAULTS = ("shard-offset-off-by-one", "accept-repeated-initialize", "legacy-0.15.4")
+
+
+def run_hunt_all(out, *args, env=None):
+    env = dict(os.environ, ZEROCHECK_HUNT_CAMPAIGN=os.path.join(FAKES, "fuzz-campaign"), **(env or {}))
+    return subprocess.run([HUNT, "--all", "--minutes", "0.05", "--random", "--zerocheck",
+                           os.path.join(FAKES, "zerocheck"), "--out", out, *args],
+                          capture_output=True, text=True, env=env)
+
+
+def catalogue_rows():
+    """{fault: (invariant, deep)} from engine/faults.h: deep when the row is in ZERO3_DEEP_FAULTS."""
+    rows, deep = {}, False
+    for line in open(os.path.join(REPO, "engine", "faults.h"), encoding="utf-8"):
+        if line.startswith("#define "):
+            deep = line.startswith("#define ZERO3_DEEP_FAULTS(")
+        parts = [p.strip().strip('"') for p in line.strip().split(",")]
+        if line.strip().startswith("X(") and len(parts) > 2 and parts[2].startswith("I"):
+            rows[parts[1]] = (parts[2], deep)
+    return rows
+
+
+def fuzzer_executions(folder):
+    """fuzz.log's last fork-mode count plus the final count of a job log printed after it."""
+    total, after = None, 0
+    for line in open(os.path.join(folder, "fuzz.log"), encoding="utf-8", errors="replace"):
+        tokens = line.split()
+        if len(tokens) > 1 and tokens[0].startswith("#") and tokens[0].endswith(":") and tokens[1] == "cov:":
+            total, after = int(tokens[0][1:-1]), 0
+        elif line.startswith("stat::number_of_executed_units:"):
+            after += int(tokens[1])
+    return None if total is None and not after else (total or 0) + after
+
+
+def expected_rep(out, side, fault, rep):
+    """(state, seconds, executions) of one hunt, read from what its fake left in OUT."""
+    folder = os.path.join(out, side, fault, f"rep-{rep}")
+    if side == "fuzzer":
+        summary = summary_fields(folder)
+        found = bool(summary["findings"]) and summary["findings"][0].split()[1] == fault
+        return ("found" if found else "not found", float(summary["first_crash_n"]) if found else None,
+                fuzzer_executions(folder))
+    text = open(os.path.join(folder, "check.json"), encoding="utf-8").read().strip()
+    if not text:
+        return "failed", None, None
+    result = json.loads(text)
+    if result["violations"]:
+        v = result["violations"][0]
+        return "found", float(v["seconds_to_find"]), v["cases_to_find"]
+    return "not found", None, result["cases_run"]
+
+
+def seconds_cell(value, miss, budget):
+    shown = budget if miss else value
+    text = str(int(shown)) if float(shown).is_integer() else f"{shown:.1f}" if shown < 10 else f"{shown:.0f}"
+    return (">" if miss else "") + text
+
+
+def check_time_to_find(scratch):
+    out = os.path.join(scratch, "time-to-find")
+    result = run_hunt_all(out, "--reps", "3", "--faults", " ".join(HUNT_FAULTS))
+    # shard-offset-off-by-one's third fuzzer repetition finds nothing: the goal is not met.
+    equal(result.returncode, 1, f"time-to-find: exit ({result.stderr.strip()[-300:]})")
+    check("not run (cap): none" in result.stdout, "time-to-find: the output says the cap cut nothing")
+    catalogue, budget = catalogue_rows(), 3.0
+    with open(os.path.join(out, "time-to-find.json"), encoding="utf-8") as f:
+        tables = json.load(f)
+    text, page = read_page(out)
+    rows = {r["data-fault"]: r for r in page.rows.get("ttf", [])}
+    markdown = {}
+    for line in open(os.path.join(out, "table.md"), encoding="utf-8"):
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            markdown[cells[0].strip("`")] = cells
+    equal([f["fault"] for f in tables["faults"]], list(HUNT_FAULTS), "time-to-find: faults in order")
+    equal(len(markdown), len(HUNT_FAULTS), "time-to-find: table.md rows")
+    for f in tables["faults"]:
+        fault = f["fault"]
+        invariant, deep = catalogue[fault]
+        target = "attrs" if not deep and invariant in ("I1", "I2", "I5") else "scenario_ops"
+        equal((f["invariant"], f["deep"], f["target"]), (invariant, "yes" if deep else "no", target),
+              f"time-to-find: {fault}'s invariant, deep and target (engine/faults.h)")
+        equal(markdown[fault][1:3], [invariant, "yes" if deep else "no"], f"time-to-find: {fault}'s table.md columns")
+        for side_index, side in enumerate(("fuzzer", "random")):
+            reps = [expected_rep(out, side, fault, rep) for rep in (1, 2, 3)]
+            found = [r for r in reps if r[0] == "found"]
+            failed = sum(r[0] == "failed" for r in reps)
+            # Finds by time, then the misses (each counted as the budget): median and max.
+            times = sorted((0, r[1]) if r[0] == "found" else (1, budget) for r in reps)
+            median, maximum = times[1], times[2]
+            executions = sorted(r[2] for r in reps if r[2] is not None)
+            a = f[side]
+            equal((a["found"], a["ran"], a["failed"], a["not_run_cap"]), (len(found), 3, failed, 0),
+                  f"time-to-find: {fault} {side}: found, ran, failed, cut")
+            equal((a["median_seconds"], a["median_is_miss"], a["max_seconds"], a["max_is_miss"]),
+                  (median[1], bool(median[0]), maximum[1], bool(maximum[0])), f"time-to-find: {fault} {side}: seconds")
+            equal(a["median_executions"], executions[(len(executions) - 1) // 2], f"time-to-find: {fault} {side}: executions")
+            found_cell = f"{len(found)}/3" + (f", {failed} failed" if failed else "")
+            cells = [found_cell, seconds_cell(median[1], median[0], budget), seconds_cell(maximum[1], maximum[0], budget)]
+            equal(markdown[fault][3 + 3 * side_index:6 + 3 * side_index], cells, f"time-to-find: {fault} {side}: table.md")
+            row = rows.get(fault, {})
+            equal([row.get(f"data-{side}-found"), row.get(f"data-{side}-median"), row.get(f"data-{side}-max")],
+                  [str(len(found)), cells[1], cells[2]], f"time-to-find: {fault} {side}: the page's row")
+            for rep in (1, 2, 3):  # what the runner asked of the campaign and of zerocheck
+                folder = os.path.join(out, side, fault, f"rep-{rep}")
+                args = open(os.path.join(folder if side == "fuzzer" else os.path.join(folder, "scenarios"),
+                                         "fake-args.txt"), encoding="utf-8").read().split("\n")
+                wanted = ([["--target", target], ["--engine", fault], ["--seed", str(rep)], ["--minutes", "0.05"],
+                           ["--jobs", "1"], ["--stop-at-first-crash"], ["--no-seeds"]] if side == "fuzzer" else
+                          [["--engine", fault], ["--seed", str(rep)], ["--time", "3"], ["--json"]])
+                for pair in wanted:
+                    check(any(args[i:i + len(pair)] == pair for i in range(len(args))),
+                          f"time-to-find: {side} rep {rep} of {fault} was run with {' '.join(pair)}")
+    check("ASan+UBSan" in tables["settings"].get("zerocheck_sanitizers", ""),
+          "time-to-find: the sanitizers are read from the zerocheck binary")
+    check(tables["every_fuzzer_hunt_found"] is False, "time-to-find: a fuzzer miss fails the goal")
+    state = page.by_id.get("plots", {}).get("data-state")
+    if shutil.which("gnuplot") is None and os.environ.get("CI") != "true":
+        equal(state, "no-gnuplot", "time-to-find: plot state without gnuplot")
+    else:
+        equal(state, "ok", "time-to-find: plot state")
+        with open(os.path.join(out, "time-to-find.png"), "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "time-to-find: time-to-find.png is a PNG")
+    check_self_contained(out, text, page, "time-to-find")
+    equal(len(page.rows.get("hunt", [])), 18, "time-to-find: the page lists every hunt")
+    # Without gnuplot the page is still written and says how to get the plot.
+    bare = tempfile.mkdtemp(prefix="fuzz-report-nognuplot-")
+    try:
+        os.symlink(sys.executable, os.path.join(bare, "python3"))
+        result = run_generator("time-to-find", out, dict(os.environ, PATH=bare))
+        equal(result.returncode, 0, f"time-to-find without gnuplot: exit ({result.stderr.strip()})")
+        text, page = read_page(out)
+        equal(page.by_id.get("plots", {}).get("data-state"), "no-gnuplot", "time-to-find: plot state without gnuplot")
+        check("gnuplot-nox" in text, "time-to-find: the page without the plot names gnuplot-nox")
+        equal(len(page.rows.get("ttf", [])), len(HUNT_FAULTS), "time-to-find: the table without gnuplot")
+    finally:
+        shutil.rmtree(bare)
+
+
+def check_time_to_find_cap(scratch):
+    """The first hunt (the fake sleeps 3.5 s) leaves less than one 3 s budget under the 6 s cap:
+    every later hunt is 'not run (cap)', in the output, the tables and the page."""
+    out = os.path.join(scratch, "time-to-find-cap")
+    result = run_hunt_all(out, "--reps", "2", "--cap-minutes", "0.1", "--faults", " ".join(HUNT_FAULTS[:2]),
+                          env={"FAKE_CAMPAIGN_SLEEP": "3.5"})
+    equal(result.returncode, 1, f"time-to-find cap: exit ({result.stderr.strip()[-300:]})")
+    equal(result.stderr.count(": not run (cap)"), 7, "time-to-find cap: hunts said to be cut off")
+    check("Cap: 0.1 min for the whole run" in result.stdout, "time-to-find cap: the output says the cap")
+    with open(os.path.join(out, "time-to-find.json"), encoding="utf-8") as f:
+        tables = json.load(f)
+    equal(len(tables["cut_off"]), 7, "time-to-find cap: cut-off hunts in the JSON")
+    first = tables["faults"][0]
+    equal([first["fuzzer"]["found"], first["fuzzer"]["ran"], first["fuzzer"]["not_run_cap"]], [1, 1, 1],
+          "time-to-find cap: the one hunt that ran")
+    markdown = open(os.path.join(out, "table.md"), encoding="utf-8").read()
+    check("| 1/1, 1 not run (cap) |" in markdown, "time-to-find cap: table.md shows the partly cut row")
+    check("| `accept-repeated-initialize` | I5 | no | not run (cap) |  |  | not run (cap) |  |  |" in markdown,
+          "time-to-find cap: table.md shows the wholly cut row")
+    check("not run (cap): fuzzer rep 1: accept-repeated-initialize; random rep 1: every fault;" in markdown,
+          "time-to-find cap: table.md's header lists the cut-off hunts")
+    _, page = read_page(out)
+    equal(page.by_id.get("cut-off", {}).get("data-count"), 7, "time-to-find cap: the page counts the cut-off hunts")
+
+
 def check_usage(scratch):
     for args, fragment in (([], "needs a mode"), (["campaign"], "needs a mode"), (["bogus", scratch], "needs a mode"),
                            (["campaign", os.path.join(scratch, "missing")], "is not a folder"),
-                           (["hunt", os.path.join(scratch, "reference")], "has no table.txt")):
+                           (["hunt", os.path.join(scratch, "reference")], "has no table.txt"),
+                           (["time-to-find", os.path.join(scratch, "reference")], "has no hunts.tsv")):
         result = subprocess.run([sys.executable, GENERATOR, *args], capture_output=True, text=True)
         check(result.returncode == 2 and fragment in result.stderr,
               f"usage: ci/fuzz-report {' '.join(args)} exits 2 with '{fragment}' (got {result.returncode}: "
@@ -323,6 +505,8 @@ def main():
             else:
                 check_campaign(directory, fixture)
         check_usage(scratch)
+        check_time_to_find(scratch)
+        check_time_to_find_cap(scratch)
     finally:
         if os.environ.get("FUZZ_REPORT_TEST_KEEP"):
             print(f"kept {scratch}")

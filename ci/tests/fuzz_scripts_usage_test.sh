@@ -35,10 +35,31 @@ expect_usage "--minutes needs a value" ci/fuzz-fault-hunt --minutes
 expect_usage "--target needs a value" ci/fuzz-fault-hunt --target
 expect_usage "--target must be scenario_ops or attrs" ci/fuzz-fault-hunt --target config_json
 expect_usage "unknown fault 'nope'" ci/fuzz-fault-hunt --target attrs --faults "legacy-0.15.4 nope"
+# --all's options: refused without --all, checked before any build.
+expect_usage "--reps applies to --all only" ci/fuzz-fault-hunt --reps 2
+expect_usage "--cap-minutes applies to --all only" ci/fuzz-fault-hunt --cap-minutes 60
+expect_usage "--random applies to --all only" ci/fuzz-fault-hunt --random
+expect_usage "--zerocheck applies to --all --random only" ci/fuzz-fault-hunt --zerocheck ci/tests/fakes/zerocheck
+expect_usage "--zerocheck applies to --random only" ci/fuzz-fault-hunt --all --zerocheck ci/tests/fakes/zerocheck
+expect_usage "--reps needs a whole number of at least 1, got '0'" ci/fuzz-fault-hunt --all --reps 0
+expect_usage "--reps needs a value" ci/fuzz-fault-hunt --all --reps
+expect_usage "--cap-minutes needs a positive number, got 'x'" ci/fuzz-fault-hunt --all --cap-minutes x
+expect_usage "--cap-minutes 5 is less than one hunt's --minutes 10" ci/fuzz-fault-hunt --all --cap-minutes 5
+expect_usage "--minutes needs a positive number" ci/fuzz-fault-hunt --all --minutes soon
+expect_usage "--all picks each fault's target" ci/fuzz-fault-hunt --all --target attrs
+expect_usage "--world does not apply to --all" ci/fuzz-fault-hunt --all --world 2
+expect_usage "--zerocheck 'no-such-binary' is not an executable file" ci/fuzz-fault-hunt --all --random --zerocheck no-such-binary
+expect_usage "unknown fault 'nope'" ci/fuzz-fault-hunt --all --faults "legacy-0.15.4 nope"
+expect_usage "--out 'ci' exists and is not empty" ci/fuzz-fault-hunt --all --random --zerocheck ci/tests/fakes/zerocheck --out ci
+expect_usage "--seed needs a whole number from 1 to 4294967295 (libFuzzer's -seed), got '0'" ci/fuzz-campaign --target scenario_ops --minutes 1 --seed 0
+expect_usage "--seed needs a whole number from 1 to 4294967295 (libFuzzer's -seed), got 'x'" ci/fuzz-campaign --target scenario_ops --minutes 1 --seed x
+expect_usage "--seed needs a value" ci/fuzz-campaign --target scenario_ops --minutes 1 --seed
+expect_usage "[--no-seeds] [--seed K]" ci/fuzz-campaign --help
+expect_usage "ci/fuzz-fault-hunt --all [--reps N] [--minutes M] [--cap-minutes C]" ci/fuzz-fault-hunt --bogus
 expect_usage "unknown argument '--bogus'" ci/fuzz-speed --bogus
 expect_usage "--seconds needs a whole number, got 'x'" ci/fuzz-speed --seconds x
 expect_usage "--base 'no-such-commit' is not a commit" ci/fuzz-speed --base no-such-commit
-expect_usage "needs a mode (campaign or hunt)" ci/fuzz-report
+expect_usage "needs a mode (campaign, hunt or time-to-find)" ci/fuzz-report
 expect_usage "is not a folder" ci/fuzz-report campaign no-such-folder
 expect_usage "needs the page and the PNG" ci/fuzz-report-screenshot
 expect_usage "--target is required" ci/fuzz-merge --from fuzz/corpus/config_json
@@ -63,4 +84,12 @@ expect_faults() {  # expected-list command...
 catalogue=$(grep -E '^ *X\(' engine/faults.h | awk -F'"' '{ print $2 " " $4 }')
 expect_faults "$(awk '$2 == "I1" || $2 == "I2" || $2 == "I5"' <<<"$catalogue")" ci/fuzz-fault-hunt --target attrs --list-faults
 expect_faults "$catalogue" ci/fuzz-fault-hunt --list-faults
+# --all hunts both tables; a ZERO3_DEEP_FAULTS row is deep. Its target: attrs for a single fault
+# of I1, I2 or I5, scenario_ops for the others and every deep fault.
+plan=$(awk '/^#define / { deep = ($0 ~ /^#define ZERO3_DEEP_FAULTS\(/) }
+  /^ *X\(/ { split($0, q, "\""); kind = deep ? "deep" : "single"
+    print q[2], q[4], kind, (kind == "single" && (q[4] == "I1" || q[4] == "I2" || q[4] == "I5")) ? "attrs" : "scenario_ops" }' engine/faults.h)
+expect_faults "$plan" ci/fuzz-fault-hunt --all --list-faults
+expect_faults "$(grep '^shard-offset-off-by-one ' <<<"$plan"; grep '^legacy-0.15.4 ' <<<"$plan")" \
+  ci/fuzz-fault-hunt --all --list-faults --faults "shard-offset-off-by-one legacy-0.15.4"
 [ "$failures" -eq 0 ]
