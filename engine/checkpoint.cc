@@ -242,6 +242,10 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
     if (p.placed() && p.owner != rank) continue;  // placed elsewhere: nothing of it lives here
     auto cut = [&](const at::Tensor& full) {
       if (p.placed() || p.persistent) return full.view(p.shape);
+      // Deep fault: resharded onto more ranks, a frozen parameter is cut from its saved tensor rotated by one.
+      if (s.options.fault == Fault::frozen_reshard_rotated && m.world_size < s.comm.world_size() && !p.trainable &&
+          full.numel() > 1)
+        return p.layout.shard_of(full.reshape({-1}).roll(1), rank);
       if (read_late && full.numel() > 0) {
         const at::Tensor flat = full.reshape({-1});
         return p.layout.shard_of(at::cat({flat.narrow(0, 1, flat.numel() - 1), at::zeros({1}, flat.options())}), rank);
@@ -291,9 +295,19 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
     // training. An engine that never ran its backward (a fresh one, or the expert's new owner)
     // must get that zero gradient too, or it would skip those steps.
     if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
+    // Deep fault: a module_only load with Adam, in a world of 3 or more, after two steps or more,
+    // zeroes the first moments.
+    if (s.options.fault == Fault::module_only_load_resets_adam && options.module_only && s.comm.world_size() >= 3 &&
+        kind == "adam" && s.optimizer_steps >= 2)
+      for (auto& [name, tensor] : named_state_tensors_of(*s.optimizer, p.master))
+        if (name == "exp_avg") tensor.zero_();
   }
   if (!options.module_only) {
-    s.micro_steps = m.micro_steps;
+    const int64_t accumulation = s.config.gradient_accumulation_steps;
+    // Deep fault: between two accumulation boundaries, the count is restored to the last one.
+    s.micro_steps = s.options.fault == Fault::accumulation_boundary_on_load && accumulation > 1
+                        ? m.micro_steps - m.micro_steps % accumulation
+                        : m.micro_steps;
     s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
   }
   s.comm.barrier();

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/errors.h"
+#include "engine/internal/deep_faults.h"
 #include "engine/internal/engine_state.h"
 #include "engine/legacy_mode.h"
 #include "engine/optimizer_rebuild.h"
@@ -139,7 +140,13 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
                                    const Config& config, Comm& comm, EngineOptions options) {
   if (!model) throw UsageError("initialize: the model is null");
   const std::vector<ModuleAtPath> tree = unique_modules(model);
-  if (uses_registry(options.fault)) {
+  // Deep fault: a repeat with a fresh optimizer over a zero-size parameter, once the live engine
+  // has stepped, is never checked.
+  const auto* live = static_cast<const EngineState*>(Registry::instance().manager_of(tree.front().module.get()));
+  const bool unchecked = options.fault == Fault::fresh_optimizer_zero_size_repeat && live != nullptr &&
+                         live->optimizer_steps > 0 && !Registry::instance().is_managed(&optimizer) &&
+                         holds_zero_size_parameter(tree);
+  if (uses_registry(options.fault) && !unchecked) {
     try {
       Registry::instance().check_unmanaged(tree, &optimizer);
     } catch (const AlreadyInitialized& refusal) {
@@ -148,6 +155,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
       if (options.fault == Fault::reinitialize_changes_state)
         for (size_t i = 0; i < tree.size(); ++i)
           tree[i].module->attrs().set("id", static_cast<int64_t>(i), fault_name(options.fault));
+      if (options.fault == Fault::third_step_after_refusal && live != nullptr &&
+          live->model != tree.front().module)  // the refused target is a submodule
+        const_cast<EngineState*>(live)->steps_after_refusal = 0;
       throw;
     }
   }
@@ -184,6 +194,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   }
   apply_legacy_module_writes(*state);
   assign_placement(*state, options);
+  mark_deep_fault_targets(*state);
   for (auto& [key, record] : state->modules)
     for (ManagedParam* p : record.own_params)
       record.has_partitioned_params |= !p->persistent && !p->placed();
@@ -295,7 +306,9 @@ void Engine::backward(const at::Tensor& loss) {
     state_->comm.all_reduce_sum(stray);
   }
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.
-  for (auto& p : state_->params) state_->partitioner.release(*p);
+  for (auto& p : state_->params)
+    if (!(state_->options.fault == Fault::frozen_tied_kept_gathered && p->deep_fault_target))  // deep fault
+      state_->partitioner.release(*p);
 }
 
 void Engine::step() {
@@ -303,7 +316,10 @@ void Engine::step() {
   if (++state_->micro_steps % state_->config.gradient_accumulation_steps != 0) return;
   for (auto& p : state_->params)
     if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
-  state_->optimizer->step();
+  // Deep fault: the third step after a refused repeat on a submodule is counted, not applied.
+  const bool unapplied = state_->options.fault == Fault::third_step_after_refusal && state_->steps_after_refusal >= 0 &&
+                         ++state_->steps_after_refusal == 3;
+  if (!unapplied) state_->optimizer->step();
   // The planted fault: the last rank does not count its first step; the step itself is applied.
   const bool skip_count = state_->options.fault == Fault::step_count_skipped_on_one_rank &&
                           state_->optimizer_steps == 0 && state_->comm.rank() == state_->comm.world_size() - 1;
@@ -321,6 +337,11 @@ void Engine::step() {
 
 void Engine::zero_grad() {
   state_->require_live("zero_grad");
+  // Deep fault: mid-accumulation, the last rank's count of step() calls drops back to the boundary.
+  const int world = state_->comm.world_size();
+  if (state_->options.fault == Fault::zero_grad_mid_accumulation && state_->config.gradient_accumulation_steps > 1 &&
+      world > 1 && state_->comm.rank() == world - 1)
+    state_->micro_steps -= state_->micro_steps % state_->config.gradient_accumulation_steps;
   at::NoGradGuard no_grad;
   for (auto& p : state_->params)
     if (p->grad_shard.defined()) p->grad_shard.zero_();
@@ -499,16 +520,16 @@ void GatheredParameters::publish_edits() {
   EngineState& s = *state_;
   // The planted fault broadcasts as it should (the traffic is right) and keeps its own copy.
   const bool own_copy = s.options.fault == Fault::gathered_edit_not_published;
-  auto broadcast = [&](at::Tensor& tensor) {
+  auto broadcast = [&](at::Tensor& tensor, int from) {
     at::Tensor received = tensor.clone();
-    s.comm.broadcast(received, *modifier_rank_);
+    s.comm.broadcast(received, from);
     if (!own_copy) tensor = received;
   };
   at::NoGradGuard no_grad;
   for (int64_t id : gathered_) {
     ManagedParam& p = *s.params.at(id);
     at::Tensor full = p.param.detach().to(p.master.scalar_type()).reshape({-1}).clone();
-    broadcast(full);
+    broadcast(full, *modifier_rank_);
     p.param.detach().view({-1}).copy_(full);
     p.master.copy_(p.layout.shard_of(full, s.comm.rank()));
     s.partitioner.plant_padding_garbage(p);
@@ -516,7 +537,9 @@ void GatheredParameters::publish_edits() {
   for (int64_t id : persistent_) {
     ManagedParam& p = *s.params.at(id);
     at::Tensor whole = p.param.detach().clone();
-    broadcast(whole);
+    // Deep fault: in a world of 3 or more, a persistent parameter's edit comes from rank 0.
+    const bool from_rank0 = s.options.fault == Fault::persistent_edit_from_rank0 && s.comm.world_size() >= 3;
+    broadcast(whole, from_rank0 ? 0 : *modifier_rank_);
     p.param.detach().copy_(whole);
   }
   published_ = true;

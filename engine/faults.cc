@@ -6,9 +6,12 @@ namespace zero3 {
 
 const std::vector<FaultInfo>& fault_catalogue() {
   static const std::vector<FaultInfo> catalogue = {
-#define ZERO3_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc},
+#define ZERO3_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc, false},
       ZERO3_FAULTS(ZERO3_FAULT_INFO)
 #undef ZERO3_FAULT_INFO
+#define ZERO3_DEEP_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc, true},
+      ZERO3_DEEP_FAULTS(ZERO3_DEEP_FAULT_INFO)
+#undef ZERO3_DEEP_FAULT_INFO
   };
   return catalogue;
 }

@@ -51,10 +51,27 @@ namespace zero3 {
   X(failed_initialize_leaves_state, "failed-initialize-leaves-state", "I5", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.FailedInitializeLeavesState", "I5 violated", "an initialize refused for its config after partitioning leaves the parameters partitioned and the gradient hooks on the model") \
   X(step_count_skipped_on_one_rank, "step-count-skipped-on-one-rank", "I9", "harness_oracle_tests:CaughtOnlyByTheSplitOracles.StepCountSkippedOnOneRank", "I9 violated", "the last rank does not count its first optimizer step: every number stays right, but that rank's step counter (what a learning-rate schedule reads) is one behind the others'")
 
+// Deep faults: each bites only when three or more conditions hold together (its description
+// starts with them), all within the random draw's reach (world <= 4, <= 12 nodes), as real bugs
+// hide behind a conjunction. They measure what a fuzzing campaign finds that a glance does not:
+// no seed of fuzz/corpus/scenario_ops is required to kill them, and `mutants` gives them their
+// own time budget (--time-per-deep-fault). Same columns as ZERO3_FAULTS.
+#define ZERO3_DEEP_FAULTS(X) \
+  X(tied_expert_world3, "tied-expert-world3", "I3", "harness_oracle_tests:DeepFaults.TiedExpertWorld3", "I3 violated", "only at world size 3, only for a partitioned parameter of an expert that its MoE lists twice (tied), only once a backward reaches it: its reduced gradient is divided by 4 instead of 3") \
+  X(frozen_reshard_rotated, "frozen-reshard-rotated", "I6", "harness_oracle_tests:DeepFaults.FrozenReshardRotated", "I6 violated", "only on a load that resumes a checkpoint on more ranks than saved it, only for a frozen parameter, only when it is partitioned and has more than one element: its shard is cut from the saved tensor rotated by one element") \
+  X(third_step_after_refusal, "third-step-after-refusal", "I3", "harness_oracle_tests:DeepFaults.ThirdStepAfterRefusal", "I3 violated", "only after a repeated initialize was refused, only when that initialize targeted a submodule (not the root), only at the third optimizer step of the live engine after it: that step is counted but not applied") \
+  X(fresh_optimizer_zero_size_repeat, "fresh-optimizer-zero-size-repeat", "I5", "harness_oracle_tests:DeepFaults.FreshOptimizerZeroSizeRepeat", "I5 violated", "only for a repeated initialize, only with a fresh optimizer, only when its target holds a zero-size parameter, only once the live engine has applied a step: the registry is not asked, and the repeat is accepted") \
+  X(accumulation_boundary_on_load, "accumulation-boundary-on-load", "I6", "harness_oracle_tests:DeepFaults.AccumulationBoundaryOnLoad", "I6 violated", "only with gradient_accumulation_steps > 1, only for a checkpoint saved between two accumulation boundaries, only on a load that restores the step counters (not module_only): the step() calls are restored rounded down to the last boundary") \
+  X(module_only_load_resets_adam, "module-only-load-resets-adam", "I6", "harness_oracle_tests:DeepFaults.ModuleOnlyLoadResetsAdam", "I6 violated", "only on a module_only load, only with Adam, only in a world of 3 or more ranks, only after two or more optimizer steps: the first moments are zeroed (the matrix says the optimizer state stays as before)") \
+  X(zero_grad_mid_accumulation, "zero-grad-mid-accumulation", "I9", "harness_oracle_tests:DeepFaults.ZeroGradMidAccumulation", "I9 violated", "only with gradient_accumulation_steps > 1, only for a zero_grad between two accumulation boundaries, only on the last rank of a world of 2 or more: that rank's step() count drops back to the boundary, so the ranks no longer agree on when to step") \
+  X(frozen_tied_kept_gathered, "frozen-tied-kept-gathered", "I4", "harness_oracle_tests:DeepFaults.FrozenTiedKeptGathered", "I4 violated", "only for a frozen parameter, only of a module used at two places (tied), only when it is partitioned: after a backward it is not released and stays gathered whole") \
+  X(persistent_edit_from_rank0, "persistent-edit-from-rank0", "I3", "harness_oracle_tests:DeepFaults.PersistentEditFromRank0", "I3 violated", "only for a gather with a modifier rank other than 0, only for a persistent parameter of the gathered module, only in a world of 3 or more ranks: the edit is broadcast from rank 0, which did not make it")
+
 enum class Fault {
   none,
 #define ZERO3_FAULT_ENUM(id, name, invariant, killer, kill_text, doc) id,
   ZERO3_FAULTS(ZERO3_FAULT_ENUM)
+  ZERO3_DEEP_FAULTS(ZERO3_FAULT_ENUM)
 #undef ZERO3_FAULT_ENUM
 };
 
@@ -64,10 +81,11 @@ struct FaultInfo {
   std::string_view invariant;  // "I1".."I9"
   std::string_view killer;     // "test binary:GoogleTest filter" that must catch it
   std::string_view kill_text;  // what the killer prints when it catches the fault
-  std::string_view description;
+  std::string_view description;  // a deep fault's starts with its conditions
+  bool deep = false;             // from ZERO3_DEEP_FAULTS
 };
 
-// Returns every catalogue entry, in table order (Fault::none excluded).
+// Returns every catalogue entry, in table order, the deep faults last (Fault::none excluded).
 const std::vector<FaultInfo>& fault_catalogue();
 // Returns the name of `fault` ("reference" for Fault::none).
 std::string_view fault_name(Fault fault);

@@ -107,7 +107,10 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
   }
   // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
   // by the world size the same way, so the bits agree.
-  averaged.div_(fault_ == Fault::wrong_gradient_divisor ? world + 1 : world);
+  // Deep fault tied-expert-world3: its targets' gradients are divided wrongly in a world of 3 only.
+  const bool wrong_divisor = fault_ == Fault::wrong_gradient_divisor ||
+                             (fault_ == Fault::tied_expert_world3 && p.deep_fault_target && world == 3);
+  averaged.div_(wrong_divisor ? world + 1 : world);
   p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(averaged) : averaged;
   p.param.mutable_grad() = at::Tensor();
   release(p);

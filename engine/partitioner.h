@@ -45,6 +45,7 @@ struct ManagedParam {
   at::Tensor grad_shard;     // averaged gradient for `master`; undefined until a backward
   std::shared_ptr<torch::autograd::Node> grad_accumulator;  // kept alive so our hook stays on it
   uintptr_t hook_key = 0;
+  bool deep_fault_target = false;  // a deep fault's tree conditions hold for it (deep_faults.h)
 };
 
 class Partitioner {

@@ -57,4 +57,10 @@ bool Registry::is_managed(const void* object) const {
   return owner_of_.count(object) != 0;
 }
 
+const void* Registry::manager_of(const void* object) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = owner_of_.find(object);
+  return it == owner_of_.end() ? nullptr : it->second;
+}
+
 }  // namespace zero3

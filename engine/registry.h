@@ -29,6 +29,8 @@ class Registry {
   void release(const void* engine);
   // Returns true when a live engine manages `object` (a module or an optimizer).
   bool is_managed(const void* object) const;
+  // Returns the engine that manages `object`, or nullptr.
+  const void* manager_of(const void* object) const;
 
  private:
   mutable std::mutex mutex_;

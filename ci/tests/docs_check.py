@@ -9,10 +9,10 @@ and names a file or folder must exist; `../shared/...` must exist when ../shared
 `build/<preset>/bin/NAME` must name a target some CMakeLists.txt declares. Tokens with
 placeholders (<...>, *, {...}, $) are patterns, not paths, and are skipped.
 
-Counts: "<number> invariants", "<number> planted faults" (or "faults"), "<number> ...targets"
-in a README, and the exit codes README lists, against ZEROCHECK_INVARIANTS
-(harness/scenario/invariants.h), ZERO3_FAULTS (engine/faults.h), the zerocheck_fuzz_target calls
-of fuzz/CMakeLists.txt and ZEROCHECK_EXIT_CODES (harness/cli/command.h).
+Counts: "<number> invariants", "<number> planted faults" (or "faults"), "<number> deep faults",
+"<number> ...targets" in a README, and the exit codes README lists, against ZEROCHECK_INVARIANTS
+(harness/scenario/invariants.h), ZERO3_FAULTS and ZERO3_DEEP_FAULTS (engine/faults.h), the
+zerocheck_fuzz_target calls of fuzz/CMakeLists.txt and ZEROCHECK_EXIT_CODES (harness/cli/command.h).
 
 Prints FILE:LINE and what is wrong for each problem; exit 1 when there is one.
 """
@@ -113,12 +113,15 @@ def main(root):
 
     # Counts a README states against the tables.
     invariants = table_rows(open(os.path.join(root, "harness/scenario/invariants.h")).read(), "ZEROCHECK_INVARIANTS")
-    faults = table_rows(open(os.path.join(root, "engine/faults.h")).read(), "ZERO3_FAULTS")
+    faults_h = open(os.path.join(root, "engine/faults.h")).read()
+    faults = table_rows(faults_h, "ZERO3_FAULTS")
+    deep_faults = table_rows(faults_h, "ZERO3_DEEP_FAULTS")
     fuzz_targets = len(re.findall(r"^zerocheck_fuzz_target\(", open(os.path.join(root, "fuzz/CMakeLists.txt")).read(),
                                   re.M))
     exit_codes = table_rows(open(os.path.join(root, "harness/cli/command.h")).read(), "ZEROCHECK_EXIT_CODES")
     counted = [(r"\b" + NUMBER + r" invariants\b", invariants, "ZEROCHECK_INVARIANTS"),
                (r"\b" + NUMBER + r" (?:planted )?faults\b", faults, "ZERO3_FAULTS"),
+               (r"\b" + NUMBER + r" deep faults\b", deep_faults, "ZERO3_DEEP_FAULTS"),
                (r"\b" + NUMBER + r" (?:coverage-guided |libFuzzer |fuzz )?targets\b", fuzz_targets,
                 "fuzz/CMakeLists.txt's zerocheck_fuzz_target"),
                (r"\b" + NUMBER + r" exit codes\b", exit_codes, "ZEROCHECK_EXIT_CODES")]

@@ -76,6 +76,7 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   const void* user_optimizer = nullptr;
   int64_t micro_steps = 0;
   int64_t optimizer_steps = 0;  // steps the optimizer applied (DeepSpeed's global_steps)
+  int64_t steps_after_refusal = -1;  // Fault::third_step_after_refusal's count, from a refusal
   bool released = false;
   bool computing_placed = false;  // the owner is running a placed module for a sender
   // Gradients of placed parameters collected on their owner during a backward, per sender rank.

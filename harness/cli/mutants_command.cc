@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 namespace zerocheck::cli {
@@ -22,16 +23,21 @@ namespace {
 
 struct MutantsArgs {
   double time_per_fault = 30;
+  double time_per_deep_fault = 120;  // a conjunction of conditions takes the random draw longer
   int64_t cases = 2000;
   uint64_t seed = 1;
   std::string out = "zerocheck-out/mutants";
   std::string only;  // comma-separated fault names; empty: all
-  bool json = false, ablate = false;
+  bool json = false, ablate = false, no_deep = false;
 };
 
 std::vector<zero3::FaultInfo> selected_faults(const MutantsArgs& args) {
-  if (args.only.empty()) return zero3::fault_catalogue();
   std::vector<zero3::FaultInfo> out;
+  if (args.only.empty()) {
+    for (const auto& info : zero3::fault_catalogue())
+      if (!(args.no_deep && info.deep)) out.push_back(info);
+    return out;
+  }
   std::stringstream in(args.only);
   std::string name;
   while (std::getline(in, name, ',')) {
@@ -45,9 +51,10 @@ std::vector<zero3::FaultInfo> selected_faults(const MutantsArgs& args) {
 CheckOptions options_for(const MutantsArgs& args, const zero3::FaultInfo& info) {
   CheckOptions options;
   options.fault = info.fault;
-  options.cases = args.cases;
+  // A deep fault's conjunction takes many cases to meet: only its time bounds it.
+  options.cases = info.deep ? std::numeric_limits<int64_t>::max() : args.cases;
   options.seed = args.seed;
-  options.time_limit_s = args.time_per_fault;
+  options.time_limit_s = info.deep ? args.time_per_deep_fault : args.time_per_fault;
   options.out_dir = args.out;
   return options;
 }
@@ -69,6 +76,7 @@ int run_scoring(const MutantsArgs& args) {
     options.wanted_invariant = std::string(info.invariant);
     const CheckResult result = run_check(options);
     nlohmann::json row{{"fault", info.name},
+                       {"deep", info.deep},
                        {"killed", result.finding.has_value()},
                        {"expected_invariant", info.invariant},
                        {"other_invariants", result.other_invariants},
@@ -151,11 +159,16 @@ void register_mutants_command(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<MutantsArgs>();
   command.add_option("--time-per-fault", args->time_per_fault, "budget per fault (and per ablated oracle) in seconds")
       ->check(CLI::Range(0.1, 1e6));
-  command.add_option("--cases", args->cases, "at most this many cases per fault")->check(CLI::Range(1, 10000000));
+  command.add_option("--time-per-deep-fault", args->time_per_deep_fault,
+                     "budget per deep fault (engine/faults.h ZERO3_DEEP_FAULTS), and per ablated oracle, in seconds")
+      ->check(CLI::Range(0.1, 1e6));
+  command.add_option("--cases", args->cases, "at most this many cases per fault (a deep fault: its time only)")
+      ->check(CLI::Range(1, 10000000));
   command.add_option("--seed", args->seed, "seed of the scenario generator");
   command.add_option("--out", args->out, "where shrunk scenarios are written");
   command.add_option("--faults", args->only, "comma-separated fault names (default: the whole catalogue)");
   command.add_flag("--ablate", args->ablate, "switch each oracle off in turn and print the fault x oracle matrix");
+  command.add_flag("--no-deep", args->no_deep, "leave out the deep faults (engine/faults.h ZERO3_DEEP_FAULTS)");
   command.add_flag("--json", args->json, "print JSON");
   command.callback([args, &exit_code] { exit_code = args->ablate ? run_ablation(*args) : run_scoring(*args); });
 }

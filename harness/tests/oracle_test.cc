@@ -61,6 +61,18 @@ TEST(CaughtOnlyByTheSplitOracles, FailedInitializeLeavesState) { expect_holds("f
 // and bias under 0. and 2.; a consolidation that walks each module once drops the second place.
 TEST(CaughtOnlyByTheSplitOracles, ConsolidatedListsSharedOnce) { expect_holds("consolidated-lists-shared-once"); }
 
+// Deep faults (engine/faults.h, ZERO3_DEEP_FAULTS): each scenario is the shrunk one `zerocheck
+// mutants` found, meeting every condition of its fault's conjunction.
+TEST(DeepFaults, TiedExpertWorld3) { expect_holds("tied-expert-world3"); }
+TEST(DeepFaults, FrozenReshardRotated) { expect_holds("frozen-reshard-rotated"); }
+TEST(DeepFaults, ThirdStepAfterRefusal) { expect_holds("third-step-after-refusal"); }
+TEST(DeepFaults, FreshOptimizerZeroSizeRepeat) { expect_holds("fresh-optimizer-zero-size-repeat"); }
+TEST(DeepFaults, AccumulationBoundaryOnLoad) { expect_holds("accumulation-boundary-on-load"); }
+TEST(DeepFaults, ModuleOnlyLoadResetsAdam) { expect_holds("module-only-load-resets-adam"); }
+TEST(DeepFaults, ZeroGradMidAccumulation) { expect_holds("zero-grad-mid-accumulation"); }
+TEST(DeepFaults, FrozenTiedKeptGathered) { expect_holds("frozen-tied-kept-gathered"); }
+TEST(DeepFaults, PersistentEditFromRank0) { expect_holds("persistent-edit-from-rank0"); }
+
 // ---- the model and the oracles by hand --------------------------------------------------------
 
 Scenario one_node(const std::string& kind, std::vector<int64_t> shape = {}) {
