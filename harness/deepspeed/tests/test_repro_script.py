@@ -131,6 +131,13 @@ class ReproScript(unittest.TestCase):
         self.assertLessEqual(code_lines(placed_i1), ONE_OPERATION_BUDGET)
         self.assertNotIn("PLACEMENT_ATTR", placed_i1)  # nor the placement's comment
         self.assertNotIn("# I2: each expert", placed_i1)
+        # The docstring names the checks the script holds, no others.
+        self.assertIn("Checked after every operation, I2: placement owners agree.",
+                      " ".join(placed.split()))
+        self.assertNotIn("I1:", placed.split('"""')[1])
+        self.assertIn("Checked after every operation, I1: every attribute",
+                      " ".join(placed_i1.split()))
+        self.assertNotIn("I2:", placed_i1.split('"""')[1])
         for straight in (text, placed, seed, placed_i1):  # no dispatcher, no stand-in engine
             for absent in ("def initialize(op_index", "class PlainEngine", "def check(",
                            "_reported", "def record_failure"):  # each check runs once

@@ -113,7 +113,7 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
               _copied("failures, the checks and the seeded values of parameters and data",
                       repro_runtime, used)]
     body = _without_unused([settings, engine] + copied + steps)
-    sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
+    sections = [_header(plan, target, script_name, "\n".join(body), stage,
                         produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
@@ -340,8 +340,11 @@ _IMPORTS = {"copy": "import copy", "math": "import math", "os": "import os", "re
 _TORCH_IMPORTS = {"F": "import torch.nn.functional as F", "nn": "from torch import nn"}
 
 
-def _header(plan, target, script_name, used, stage, produced_on):
+def _header(plan, target, script_name, body, stage, produced_on):
+    """The script's docstring and imports, for the script text `body` that follows them."""
     s, invariant, name = plan.scenario, target["invariant"], _docstring_safe(script_name)
+    used = _names_used(body)
+    defined = {node.name for node in ast.parse(body).body if isinstance(node, ast.FunctionDef)}
     seen = ("build time or teardown" if target.get("op_index") is None
             else f"op {target['op_index']} ({target.get('op') or '?'})")
     details = [f"{k} {target[k]!r}" for k in ("module_path", "param", "attribute",
@@ -369,11 +372,19 @@ def _header(plan, target, script_name, used, stage, produced_on):
     else:
         outcome = ("Prints `REPRODUCED <signature>: expected ..., got ...` and exits 1 when the "
                    "failure shows, `NOT REPRODUCED <signature>` and exits 0 otherwise.")
-    checks = ("Every failure on the way is printed as FAILED, and the run goes on. Checked after "
-              "every operation: I1 every attribute the user wrote still holds the user's value; "
-              "I2 placement owners agree (when the scenario places modules); I5 a repeated "
-              f"initialize raises an error saying {REFUSAL_TEXT!r}, changes nothing, and a "
-              "forward still runs.")
+    # Only the checks the script holds: a straight script runs its target's check alone.
+    held = [clause for names, clause in (
+        (("check_user_attrs",), "after every operation, I1: every attribute the user wrote "
+                                "still holds the user's value"),
+        (("check_owner_by_attr", "check_owner_by_map"), "after every operation, I2: placement "
+                                                         "owners agree"),
+        (("repeat_initialize",), f"at every repeated initialize, I5: it raises an error saying "
+                                 f"{REFUSAL_TEXT!r}, changes nothing, and a forward still runs"))
+        if any(n in defined for n in names)]
+    checks = ("Every failure on the way is printed as FAILED, and the run goes on. "
+              + (f"Checked {'; '.join(held)}." if held
+                 else "No invariant is checked on the way: the finding is the operations' own "
+                      "outcome."))
     control = "a pass-through engine that refuses a repeated initialize"
     if invariant in TWIN_INVARIANTS:
         checks = ("Every failure on the way is printed as FAILED, and the run goes on. Checked "

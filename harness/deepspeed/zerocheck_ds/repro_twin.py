@@ -75,7 +75,7 @@ def text(plan, target, script_name, stage, produced_on):
               _copied("failures, the checks, the dense twin and the verdict", repro_runtime,
                       used)]
     body = _without_unused(steps[:1] + copied + steps[1:])
-    sections = [_header(plan, target, script_name, _names_used("\n".join(body)), stage,
+    sections = [_header(plan, target, script_name, "\n".join(body), stage,
                         produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
