@@ -1,6 +1,7 @@
 // Replays fuzz/corpus/attrs and fuzz/regressions/attrs without libFuzzer: each file decodes (the
 // attributes profile) to a scenario on which the reference engine holds I1, I2, I5 and I7; and the
 // target's language is what fuzz/scenario_target.h promises.
+#include "fuzz/decoded_scenarios.h"
 #include "fuzz/replay_files.h"
 #include "fuzz/scenario_target.h"
 
@@ -35,6 +36,18 @@ TEST(AttrsCorpus, ReferenceEngineHoldsTheAttributeInvariantsOnEverySeed) {
     ASSERT_TRUE(read_replay_file(file, &bytes));
     expect_holds(file.path, bytes);
   }
+}
+
+// The bytes still mean the scenarios stored beside them (fuzz/decoded_scenarios.h).
+TEST(AttrsCorpus, EveryInputDecodesToItsStoredScenario) {
+  std::vector<std::string> inputs;
+  for (const ReplayFile& file : replay_files(files::kCorpus, files::kRegressions)) {
+    std::string bytes;
+    ASSERT_TRUE(read_replay_file(file, &bytes));
+    EXPECT_EQ(decoded_json_problem(attrs_target(), file.path, bytes), "");
+    inputs.push_back(file.path);
+  }
+  for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
 }
 
 // Regressions stay one named case each: a failure names the bug that came back.

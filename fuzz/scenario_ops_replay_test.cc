@@ -1,5 +1,6 @@
 // Replays fuzz/corpus/scenario_ops and fuzz/regressions/scenario_ops without libFuzzer: each
 // file decodes to a scenario on which the reference engine holds every invariant.
+#include "fuzz/decoded_scenarios.h"
 #include "fuzz/replay_files.h"
 #include "fuzz/scenario_target.h"
 
@@ -28,6 +29,19 @@ TEST_P(ScenarioOpsReplay, ReferenceEngineHoldsEveryInvariant) {
       finding_of(target, run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_scenario_ops on " +
                                                       GetParam().path + ")");
   EXPECT_FALSE(finding) << finding->signature << "\n" << finding->details;
+}
+
+// The bytes still mean the scenario stored beside them (fuzz/decoded_scenarios.h).
+TEST_P(ScenarioOpsReplay, DecodesToItsStoredScenario) {
+  std::string bytes;
+  ASSERT_TRUE(read_replay_file(GetParam(), &bytes));
+  EXPECT_EQ(decoded_json_problem(scenario_ops_target(), GetParam().path, bytes), "");
+}
+
+TEST(ScenarioOpsCorpus, EveryStoredScenarioHasItsInput) {
+  std::vector<std::string> inputs = files::kCorpus;
+  inputs.insert(inputs.end(), files::kRegressions.begin(), files::kRegressions.end());
+  for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
 }
 
 // The campaign's --world/--max-nodes/--max-ops reach the target through these variables.
