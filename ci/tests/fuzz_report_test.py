@@ -132,8 +132,15 @@ def summary_fields(directory):
             elif line.startswith("  ") and ":" in stripped and not line.startswith("      "):
                 label, rest = stripped.split(":", 1)
                 fields[label] = rest.strip()
-    fields["executions_n"], rest = fields["executions"].split(" (", 1)
-    fields["exec_s_n"] = rest.split(" ")[0]
+    fields["campaign_exec_s_n"] = fields["exec_s_n"] = None
+    if " in " in fields["executions"]:  # "N in S s: R exec/s over the campaign[ (the last job's own: E)]"
+        fields["executions_n"], rest = fields["executions"].split(" in ", 1)
+        fields["campaign_exec_s_n"] = rest.split(": ", 1)[1].split(" ")[0]
+        if "own: " in rest:
+            fields["exec_s_n"] = rest.split("own: ")[1].rstrip(")")
+    else:  # written before: "N (E exec/s)", the last job's
+        fields["executions_n"], rest = fields["executions"].split(" (", 1)
+        fields["exec_s_n"] = rest.split(" ")[0]
     cov, ft = fields["coverage"].split(", ")
     fields["cov_n"], fields["ft_n"] = cov.split()[1], ft.split()[1]
     fields["corpus_n"] = fields["corpus"].split()[0]
@@ -195,6 +202,8 @@ def check_campaign(directory, name, expect_stats=True):
                             ("final-ft", "ft"), ("final-corp", "corp"), ("final-time", "time"),
                             ("final-oom", "oom"), ("final-timeouts", "timeouts"), ("final-crashes", "crashes")):
         equal(page.value(element_id), last[key], f"{name}: {element_id} (fuzz.log's last stats line)")
+    if summary["campaign_exec_s_n"] is not None:
+        equal(page.value("campaign-exec-s"), summary["campaign_exec_s_n"], f"{name}: campaign-exec-s (summary.txt)")
     for element_id, key in (("final-executions", "executions_n"), ("final-exec-s", "exec_s_n"),
                             ("final-cov", "cov_n"), ("final-ft", "ft_n"), ("corpus-files", "corpus_n"),
                             ("crash-artifacts", "artifacts_n"), ("crash-triaged", "triaged_n"),
