@@ -6,7 +6,13 @@
 
 #include "engine/errors.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <unistd.h>
 
 #include ZEROCHECK_REPLAY_FILES
 
@@ -42,6 +48,34 @@ TEST(ScenarioOpsCorpus, EveryStoredScenarioHasItsInput) {
   std::vector<std::string> inputs = files::kCorpus;
   inputs.insert(inputs.end(), files::kRegressions.begin(), files::kRegressions.end());
   for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
+}
+
+// The check itself, on a scratch copy of the layout: a missing, an edited and an orphan stored
+// scenario are each reported, naming what is wrong.
+TEST(DecodedScenarios, MissingEditedAndOrphanStoredScenariosAreReported) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("zerocheck-decoded-" + std::to_string(::getpid()));
+  fs::create_directories(root / "fuzz/corpus/scenario_ops");
+  const std::string input = (root / "fuzz/corpus/scenario_ops/seed").string(), bytes(40, '\x37');
+  const std::string stored = decoded_json_path(input);
+  EXPECT_EQ(stored, (root / "fuzz/decoded/corpus/scenario_ops/seed.json").string());
+  EXPECT_NE(decoded_json_problem(scenario_ops_target(), input, bytes).find("no decoded scenario stored at " + stored),
+            std::string::npos);
+  ::setenv("ZEROCHECK_WRITE_DECODED", "1", 1);
+  EXPECT_EQ(decoded_json_problem(scenario_ops_target(), input, bytes), "");
+  ::unsetenv("ZEROCHECK_WRITE_DECODED");
+  EXPECT_EQ(decoded_json_problem(scenario_ops_target(), input, bytes), "") << "what was written reads back";
+  nlohmann::json edited = nlohmann::json::parse(std::ifstream(stored));
+  edited["seed"] = edited["seed"].get<uint64_t>() + 1;
+  std::ofstream(stored) << edited.dump();
+  const std::string problem = decoded_json_problem(scenario_ops_target(), input, bytes);
+  EXPECT_NE(problem.find("no longer decodes to " + stored + ": they first differ at /seed"), std::string::npos)
+      << problem;
+  std::ofstream(root / "fuzz/decoded/corpus/scenario_ops/gone.json") << "{}";
+  EXPECT_EQ(orphan_decoded_files({input}),
+            std::vector<std::string>{(root / "fuzz/decoded/corpus/scenario_ops/gone.json").string()});
+  EXPECT_THROW(decoded_json_path("/elsewhere/seed"), std::invalid_argument);
+  fs::remove_all(root);
 }
 
 // The campaign's --world/--max-nodes/--max-ops reach the target through these variables.
