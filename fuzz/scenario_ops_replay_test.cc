@@ -55,10 +55,11 @@ TEST(ScenarioOpsCorpus, EveryStoredScenarioHasItsInput) {
 TEST(DecodedScenarios, MissingEditedAndOrphanStoredScenariosAreReported) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("zerocheck-decoded-" + std::to_string(::getpid()));
-  fs::create_directories(root / "fuzz/corpus/scenario_ops");
-  const std::string input = (root / "fuzz/corpus/scenario_ops/seed").string(), bytes(40, '\x37');
+  const fs::path corpus = root / "fuzz/corpus/scenario_ops", decoded = root / "fuzz/decoded/corpus/scenario_ops";
+  fs::create_directories(corpus);
+  const std::string input = (corpus / "seed").string(), bytes(40, '\x37');
   const std::string stored = decoded_json_path(input);
-  EXPECT_EQ(stored, (root / "fuzz/decoded/corpus/scenario_ops/seed.json").string());
+  EXPECT_EQ(stored, (decoded / "seed.json").string());
   EXPECT_NE(decoded_json_problem(scenario_ops_target(), input, bytes).find("no decoded scenario stored at " + stored),
             std::string::npos);
   ::setenv("ZEROCHECK_WRITE_DECODED", "1", 1);
@@ -71,9 +72,9 @@ TEST(DecodedScenarios, MissingEditedAndOrphanStoredScenariosAreReported) {
   const std::string problem = decoded_json_problem(scenario_ops_target(), input, bytes);
   EXPECT_NE(problem.find("no longer decodes to " + stored + ": they first differ at /seed"), std::string::npos)
       << problem;
-  std::ofstream(root / "fuzz/decoded/corpus/scenario_ops/gone.json") << "{}";
+  std::ofstream(decoded / "gone.json") << "{}";
   EXPECT_EQ(orphan_decoded_files({input}),
-            std::vector<std::string>{(root / "fuzz/decoded/corpus/scenario_ops/gone.json").string()});
+            std::vector<std::string>{(decoded / "gone.json").string()});
   EXPECT_THROW(decoded_json_path("/elsewhere/seed"), std::invalid_argument);
   fs::remove_all(root);
 }
