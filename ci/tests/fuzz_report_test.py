@@ -386,10 +386,11 @@ def seconds_cell(value, miss, budget):
 
 def check_time_to_find(scratch):
     out = os.path.join(scratch, "time-to-find")
-    result = run_hunt_all(out, "--reps", "3", "--faults", " ".join(HUNT_FAULTS))
+    result = run_hunt_all(out, "--reps", "3", "--faults", " ".join(HUNT_FAULTS), "--choice-mutator", "off")
     # shard-offset-off-by-one's third fuzzer repetition finds nothing: the goal is not met.
     equal(result.returncode, 1, f"time-to-find: exit ({result.stderr.strip()[-300:]})")
     check("not run (cap): none" in result.stdout, "time-to-find: the output says the cap cut nothing")
+    check("choice-level mutator off." in result.stdout, "time-to-find: the output says the choice mutator was off")
     catalogue, budget = catalogue_rows(), 3.0
     with open(os.path.join(out, "time-to-find.json"), encoding="utf-8") as f:
         tables = json.load(f)
@@ -436,6 +437,9 @@ def check_time_to_find(scratch):
                 wanted = ([["--target", target], ["--engine", fault], ["--seed", str(rep)], ["--minutes", "0.05"],
                            ["--jobs", "1"], ["--stop-at-first-crash"], ["--no-seeds"]] if side == "fuzzer" else
                           [["--engine", fault], ["--seed", str(rep)], ["--time", "3"], ["--json"]])
+                if side == "fuzzer":
+                    equal(open(os.path.join(folder, "fake-env.txt"), encoding="utf-8").read().strip(),
+                          "ZEROCHECK_CHOICE_MUTATOR=off", f"time-to-find: {fault} rep {rep}'s choice mutator")
                 for pair in wanted:
                     check(any(args[i:i + len(pair)] == pair for i in range(len(args))),
                           f"time-to-find: {side} rep {rep} of {fault} was run with {' '.join(pair)}")

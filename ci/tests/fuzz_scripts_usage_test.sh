@@ -41,6 +41,8 @@ expect_usage "--cap-minutes applies to --all only" ci/fuzz-fault-hunt --cap-minu
 expect_usage "--random applies to --all only" ci/fuzz-fault-hunt --random
 expect_usage "--zerocheck applies to --all --random only" ci/fuzz-fault-hunt --zerocheck ci/tests/fakes/zerocheck
 expect_usage "--zerocheck applies to --random only" ci/fuzz-fault-hunt --all --zerocheck ci/tests/fakes/zerocheck
+expect_usage "--choice-mutator applies to --all only" ci/fuzz-fault-hunt --choice-mutator off
+expect_usage "--choice-mutator must be on or off, got 'maybe'" ci/fuzz-fault-hunt --all --choice-mutator maybe
 expect_usage "--reps needs a whole number of at least 1, got '0'" ci/fuzz-fault-hunt --all --reps 0
 expect_usage "--reps needs a value" ci/fuzz-fault-hunt --all --reps
 expect_usage "--cap-minutes needs a positive number, got 'x'" ci/fuzz-fault-hunt --all --cap-minutes x

@@ -8,6 +8,10 @@
 // Every choice's smallest value is its first: integer()'s `lo`, weighted()'s index 0. rapidcheck
 // shrinks toward it and an exhausted fuzz input picks it, so tables list their simplest entry first.
 //
+// The draw also says where the choices of some parts begin and end (span_begins/span_ends): a
+// recorder (harness/scenario/choice_spans.h) listens, so a structure-aware fuzz mutator can move an
+// operation unit or an attribute name as a whole; the answers never depend on it.
+//
 // Thread-safety: a Chooser is stateful; use one per draw.
 #pragma once
 
@@ -16,6 +20,15 @@
 #include <vector>
 
 namespace zerocheck {
+
+// The parts of a draw whose choices can be moved, copied or redrawn as a whole.
+enum class ChoiceSpan {
+  world,           // the world size's choice
+  leaf,            // a node without children under an ordinary container, its attributes included
+  expert,          // an MoE's child (drawn from the kinds' expert weights), its attributes included
+  attribute_name,  // the name of a module's, a parameter's or a set_attr/del_attr's attribute
+  operation_unit,  // one unit of the operation list: an operation, a training step or a save and its load
+};
 
 class Chooser {
  public:
@@ -36,6 +49,10 @@ class Chooser {
   // Returns true with probability true_weight / (false_weight + true_weight); false is the
   // smallest choice.
   bool boolean(int false_weight, int true_weight);
+
+  // Called before the first and after the last choice of a part; spans nest (a leaf holds names).
+  virtual void span_begins(ChoiceSpan) {}
+  virtual void span_ends(ChoiceSpan) {}
 };
 
 }  // namespace zerocheck

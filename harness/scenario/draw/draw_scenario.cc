@@ -145,6 +145,19 @@ std::vector<ModuleAt> modules_of(const Scenario& s) {
   return out;
 }
 
+// Marks the choices made during its lifetime as one part (Chooser::span_begins).
+class SpanScope {
+ public:
+  SpanScope(Chooser& chooser, ChoiceSpan kind) : c_(chooser), kind_(kind) { c_.span_begins(kind_); }
+  ~SpanScope() { c_.span_ends(kind_); }
+  SpanScope(const SpanScope&) = delete;
+  SpanScope& operator=(const SpanScope&) = delete;
+
+ private:
+  Chooser& c_;
+  const ChoiceSpan kind_;
+};
+
 class Draw {
  public:
   Draw(Chooser& chooser, const DrawLimits& limits)
@@ -153,7 +166,10 @@ class Draw {
 
   Scenario scenario() {
     Scenario s;
-    s.world_size = static_cast<int>(integer({1, bounds_.max_world}));
+    {
+      SpanScope world(c_, ChoiceSpan::world);
+      s.world_size = static_cast<int>(integer({1, bounds_.max_world}));
+    }
     if (limits_.world > 0) s.world_size = limits_.world;  // drawn all the same: the same bytes follow
     s.seed = static_cast<uint64_t>(integer(kSeed));
     s.features = integer(kFeatures);
@@ -180,6 +196,7 @@ class Draw {
     world_ = s.world_size;
     if (pick(c_, kInitializeFirst) && limits_.max_ops > 0) s.ops.emplace_back(OpKind::initialize);
     while (s.ops.size() < limits_.max_ops && c_.another()) {
+      SpanScope unit_span(c_, ChoiceSpan::operation_unit);
       std::vector<Op> unit;
       switch (training_ ? pick(c_, kUnits) : Unit::single) {
         case Unit::single: unit = {op(modules)}; break;
@@ -214,6 +231,7 @@ class Draw {
   }
 
   std::string name() {
+    SpanScope span(c_, ChoiceSpan::attribute_name);
     if (pick(c_, kNames) == NameFrom::dictionary) return element(collision_names()).name;
     std::string out(static_cast<size_t>(integer(kLetters)), 'a');
     for (char& letter : out) letter = static_cast<char>('a' + c_.integer(0, 25));
@@ -253,6 +271,7 @@ class Draw {
 
   // A node without children: as a leaf of an ordinary container, or as an MoE's child.
   NodeSpec leaf(bool expert_ids, bool in_moe) {
+    SpanScope span(c_, in_moe ? ChoiceSpan::expert : ChoiceSpan::leaf);
     const auto& kinds = schema::node_kinds();
     std::vector<int> weights;
     for (const auto& kind : kinds) weights.push_back(in_moe ? kind.expert_weight : kind.leaf_weight);

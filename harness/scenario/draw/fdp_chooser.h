@@ -27,9 +27,14 @@ class FdpChooser final : public Chooser {
   int64_t integer(int64_t lo, int64_t hi) override;
   // Returns whether input bytes remain.
   bool another() override;
+  // Returns how many bytes are left: the next choice reads data[remaining() - 1] and down.
+  size_t remaining() const;
+  // Returns how many reads found fewer bytes left than they needed (and took zeros for the rest).
+  size_t short_reads() const { return short_reads_; }
 
  private:
   std::unique_ptr<FuzzedDataProvider> in_;
+  size_t short_reads_ = 0;
 };
 
 }  // namespace zerocheck

@@ -1,0 +1,69 @@
+// A structure-aware mutator for fuzz_scenario_ops (issue 30, item 3): edits an input part by part
+// (harness/scenario/choice_spans.h) the way Hypothesis edits a choice sequence, instead of byte by
+// byte.
+//
+// An input is the sequence of choices the draw makes, read from its end backwards, so an operation
+// unit, a leaf or an attribute name is one contiguous byte range, and removing, inserting or
+// replacing a whole range leaves the choices of every earlier part as they were. The edits:
+//   delete_unit     drop one operation unit (a step, a save and its load, an operation);
+//   duplicate_unit  repeat one unit right after itself (initialize twice, step twice, ...);
+//   swap_units      exchange two units (a load before its save, a step after a refusal, ...);
+//   redraw_world    new bytes for the world-size choice, the tree and operations kept;
+//   copy_name       one attribute name's choices copied over another's (two nodes colliding);
+//   copy_leaf       one leaf's choices copied over another's, or one expert's over another's;
+// and across inputs, splice_unit inserts a unit of one input between two units of another.
+// libFuzzer's byte mutations stay: custom_mutate makes half of its mutations with them.
+//
+// Whether it runs: ZEROCHECK_CHOICE_MUTATOR=on (default) or off (every mutation is libFuzzer's
+// own, crossover included), so one binary measures both (ci/fuzz-fault-hunt --choice-mutator).
+//
+// Thread-safety: pure functions of their arguments (and of `rng`'s state).
+#pragma once
+
+#include "harness/scenario/choice_spans.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace zerocheck::fuzz {
+
+using Bytes = std::vector<uint8_t>;
+
+enum class ChoiceMutation { delete_unit, duplicate_unit, swap_units, redraw_world, copy_name, copy_leaf };
+inline constexpr ChoiceMutation kChoiceMutations[] = {
+    ChoiceMutation::delete_unit,  ChoiceMutation::duplicate_unit, ChoiceMutation::swap_units,
+    ChoiceMutation::redraw_world, ChoiceMutation::copy_name,      ChoiceMutation::copy_leaf};
+const char* to_string(ChoiceMutation mutation);
+
+// Returns `input` (whose parts are `spans`) with one edit of kind `mutation`, its parts picked with
+// `rng`; nothing when the input lacks the parts the edit needs (two units to swap, a world choice
+// that read bytes, ...).
+std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<ChoiceSpanAt>& spans,
+                                    ChoiceMutation mutation, std::mt19937& rng);
+
+// Returns `into` with one operation unit of `from` inserted before one of its units or after the
+// last (picked with `rng`); nothing when `from` has no unit.
+std::optional<Bytes> splice_unit(const Bytes& into, const std::vector<ChoiceSpanAt>& into_spans, const Bytes& from,
+                                 const std::vector<ChoiceSpanAt>& from_spans, std::mt19937& rng);
+
+// libFuzzer's LLVMFuzzerMutate: mutates data[0, size) in place within max_size, returns the size.
+using ByteMutator = size_t (*)(uint8_t* data, size_t size, size_t max_size);
+
+// The body of LLVMFuzzerCustomMutator for a target decoding within `limits`: with `seed`'s first
+// coin, or when no choice-level edit applies within max_size, `byte_mutate`; else one edit.
+size_t custom_mutate(uint8_t* data, size_t size, size_t max_size, unsigned seed, const DecodeLimits& limits,
+                     ByteMutator byte_mutate);
+
+// The body of LLVMFuzzerCustomCrossOver: splice_unit(a, b) into `out`; 0 (libFuzzer then picks
+// another mutation) when b has no unit or the result would not fit in max_out_size.
+size_t custom_cross_over(const uint8_t* a, size_t a_size, const uint8_t* b, size_t b_size, uint8_t* out,
+                         size_t max_out_size, unsigned seed, const DecodeLimits& limits);
+
+// Returns whether ZEROCHECK_CHOICE_MUTATOR asks for the choice-level edits: unset or "on": yes,
+// "off": no. Throws zero3::UsageError naming the variable and both values for anything else.
+bool choice_mutator_from_environment();
+
+}  // namespace zerocheck::fuzz

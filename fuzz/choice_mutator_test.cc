@@ -1,0 +1,315 @@
+// The choice-level mutator (fuzz/choice_mutator.h) and the spans it edits by
+// (harness/scenario/choice_spans.h), over a fixed sample of random inputs: each edit does to the
+// decoded scenario exactly what its name says, so a wrong span shows up as a wrong scenario.
+#include "engine/errors.h"
+#include "fuzz/choice_mutator.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace zerocheck::fuzz {
+namespace {
+
+using nlohmann::json;
+
+// 300 inputs of 0..400 random bytes, the same every run.
+const std::vector<Bytes>& sample_inputs() {
+  static const std::vector<Bytes> inputs = [] {
+    std::mt19937 rng(20261202);
+    std::vector<Bytes> out;
+    for (int i = 0; i < 300; ++i) {
+      Bytes bytes(std::uniform_int_distribution<size_t>(0, 400)(rng));
+      for (auto& byte : bytes) byte = static_cast<uint8_t>(rng());
+      out.push_back(std::move(bytes));
+    }
+    return out;
+  }();
+  return inputs;
+}
+
+json decoded(const Bytes& bytes) { return to_json(scenario_from_bytes(bytes.data(), bytes.size())); }
+
+std::vector<ChoiceSpanAt> units_of(const std::vector<ChoiceSpanAt>& spans) {
+  std::vector<ChoiceSpanAt> out;
+  for (const auto& span : spans)
+    if (span.kind == ChoiceSpan::operation_unit) out.push_back(span);
+  return out;
+}
+
+// The scenario's operations cut into: the ones before the first unit, each unit's, then those of
+// a last unit that ran out of input (it has no span). Unit k's are found without the spans'
+// say-so: the input cut below unit k decodes to the operations through unit k (nothing is left to
+// read after it).
+std::vector<json> operation_groups(const Bytes& input, const std::vector<ChoiceSpanAt>& units) {
+  const json ops = decoded(input)["ops"];
+  std::vector<size_t> ends;
+  if (!units.empty()) ends.push_back(decoded(Bytes(input.begin() + units[0].end, input.end()))["ops"].size());
+  for (const auto& unit : units) ends.push_back(decoded(Bytes(input.begin() + unit.begin, input.end()))["ops"].size());
+  ends.push_back(ops.size());
+  std::vector<json> groups;
+  size_t from = 0;
+  for (size_t end : ends) {
+    EXPECT_LE(from, end);
+    groups.push_back(json(std::vector<json>(ops.begin() + from, ops.begin() + end)));
+    from = end;
+  }
+  return groups;
+}
+
+json joined(const std::vector<json>& groups) {
+  json out = json::array();
+  for (const auto& group : groups)
+    for (const auto& op : group) out.push_back(op);
+  return out;
+}
+
+json without_ops(json scenario) {
+  scenario.erase("ops");
+  return scenario;
+}
+
+// An input whose operations reached the 64-operation cap had units cut short: left out.
+bool uncut(const Bytes& input) { return decoded(input)["ops"].size() < kMaxDecodedOps; }
+
+TEST(ChoiceSpans, LieInsideTheInputAreNonEmptyAndNestOrAreDisjoint) {
+  size_t with_units = 0;
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    for (const auto& span : spans) {
+      ASSERT_LT(span.begin, span.end) << to_string(span.kind);
+      ASSERT_LE(span.end, input.size()) << to_string(span.kind);
+    }
+    for (const auto& a : spans)
+      for (const auto& b : spans) {
+        const bool disjoint = a.end <= b.begin || b.end <= a.begin;
+        const bool nested = (a.begin <= b.begin && b.end <= a.end) || (b.begin <= a.begin && a.end <= b.end);
+        ASSERT_TRUE(disjoint || nested) << to_string(a.kind) << " and " << to_string(b.kind);
+      }
+    const auto units = units_of(spans);
+    for (size_t k = 1; k < units.size(); ++k) ASSERT_LE(units[k].end, units[k - 1].begin) << "unit " << k;
+    if (!input.empty()) {
+      ASSERT_FALSE(spans.empty());
+      EXPECT_EQ(spans[0].kind, ChoiceSpan::world);
+      EXPECT_EQ(spans[0].end, input.size()) << "the world is the first choice, read from the last byte";
+    }
+    with_units += units.size() >= 2;
+  }
+  EXPECT_GT(with_units, sample_inputs().size() / 2) << "the sample exercises too few units";
+}
+
+TEST(ChoiceMutator, DeleteUnitRemovesOneUnitsOperationsAndNothingElse) {
+  std::mt19937 rng(1);
+  size_t edited = 0;
+  for (const Bytes& input : sample_inputs()) {
+    if (!uncut(input)) continue;
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto groups = operation_groups(input, units_of(spans));
+    const auto out = mutate_choices(input, spans, ChoiceMutation::delete_unit, rng);
+    if (units_of(spans).empty()) {
+      EXPECT_FALSE(out);
+      continue;
+    }
+    ASSERT_TRUE(out);
+    EXPECT_EQ(without_ops(decoded(*out)), without_ops(decoded(input)));
+    bool matched = false;
+    for (size_t k = 1; k + 1 < groups.size() && !matched; ++k) {
+      auto fewer = groups;
+      fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(k));
+      matched = decoded(*out)["ops"] == joined(fewer);
+    }
+    EXPECT_TRUE(matched) << "no single unit's removal gives " << decoded(*out)["ops"].dump();
+    ++edited;
+  }
+  EXPECT_GT(edited, 100u);
+}
+
+TEST(ChoiceMutator, DuplicateUnitRepeatsOneUnitRightAfterItself) {
+  std::mt19937 rng(2);
+  for (const Bytes& input : sample_inputs()) {
+    if (!uncut(input)) continue;
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::duplicate_unit, rng);
+    if (!out) continue;
+    const auto groups = operation_groups(input, units_of(spans));
+    bool matched = false;
+    for (size_t k = 1; k + 1 < groups.size() && !matched; ++k) {
+      auto more = groups;
+      more.insert(more.begin() + static_cast<std::ptrdiff_t>(k), groups[k]);
+      json expected = joined(more);
+      if (expected.size() > kMaxDecodedOps) expected.erase(expected.begin() + kMaxDecodedOps, expected.end());
+      matched = decoded(*out)["ops"] == expected;
+    }
+    EXPECT_TRUE(matched) << "no single unit's repetition gives " << decoded(*out)["ops"].dump();
+  }
+}
+
+TEST(ChoiceMutator, SwapUnitsExchangesTwoUnits) {
+  std::mt19937 rng(3);
+  size_t edited = 0;
+  for (const Bytes& input : sample_inputs()) {
+    if (!uncut(input)) continue;
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::swap_units, rng);
+    if (!out) {
+      EXPECT_LT(units_of(spans).size(), 2u);
+      continue;
+    }
+    const auto groups = operation_groups(input, units_of(spans));
+    bool matched = false;
+    for (size_t i = 1; i + 1 < groups.size() && !matched; ++i)
+      for (size_t j = i + 1; j + 1 < groups.size() && !matched; ++j) {
+        auto swapped = groups;
+        std::swap(swapped[i], swapped[j]);
+        matched = decoded(*out)["ops"] == joined(swapped);
+      }
+    EXPECT_TRUE(matched) << "no exchange of two units gives " << decoded(*out)["ops"].dump();
+    ++edited;
+  }
+  EXPECT_GT(edited, 100u);
+}
+
+TEST(ChoiceMutator, SpliceUnitInsertsAUnitOfTheOtherInput) {
+  std::mt19937 rng(4);
+  for (const Bytes& input : sample_inputs()) {
+    if (!uncut(input)) continue;
+    // Spliced into itself: the donor unit reads in the context it was drawn in (the same modules).
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = splice_unit(input, spans, input, spans, rng);
+    if (units_of(spans).empty()) {
+      EXPECT_FALSE(out);
+      continue;
+    }
+    ASSERT_TRUE(out);
+    const auto groups = operation_groups(input, units_of(spans));
+    bool matched = false;
+    for (size_t donor = 1; donor + 1 < groups.size() && !matched; ++donor)
+      for (size_t at = 1; at < groups.size() && !matched; ++at) {  // before unit `at`, or before the tail
+        auto more = groups;
+        more.insert(more.begin() + static_cast<std::ptrdiff_t>(at), groups[donor]);
+        json expected = joined(more);
+        if (expected.size() > kMaxDecodedOps) expected.erase(expected.begin() + kMaxDecodedOps, expected.end());
+        matched = decoded(*out)["ops"] == expected;
+      }
+    EXPECT_TRUE(matched) << "no insertion of one unit gives " << decoded(*out)["ops"].dump();
+  }
+}
+
+TEST(ChoiceMutator, RedrawWorldKeepsTheTreeAndTheOperationKinds) {
+  std::mt19937 rng(5);
+  std::set<int> worlds_seen;
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::redraw_world, rng);
+    if (input.empty()) {
+      EXPECT_FALSE(out);
+      continue;
+    }
+    ASSERT_TRUE(out);
+    const json before = decoded(input), after = decoded(*out);
+    ASSERT_EQ(after["tree"], before["tree"]);
+    ASSERT_EQ(after["ops"].size(), before["ops"].size());
+    for (size_t i = 0; i < after["ops"].size(); ++i) ASSERT_EQ(after["ops"][i]["op"], before["ops"][i]["op"]);
+    if (after["world_size"] != before["world_size"]) worlds_seen.insert(after["world_size"].get<int>());
+  }
+  EXPECT_EQ(worlds_seen.size(), static_cast<size_t>(kMaxDecodedWorld)) << "some world was never redrawn to";
+}
+
+// Every attribute name a scenario holds: on modules, on parameters, in set_attr/del_attr.
+std::set<std::string> names_in(const json& scenario) {
+  std::set<std::string> out;
+  for (const auto& node : scenario["tree"]) {
+    if (node.contains("attrs"))
+      for (const auto& entry : node["attrs"]) out.insert(entry["name"].get<std::string>());
+    if (node.contains("param_attrs"))
+      for (const auto& [param, entries] : node["param_attrs"].items())
+        for (const auto& entry : entries) out.insert(entry["name"].get<std::string>());
+  }
+  for (const auto& op : scenario["ops"])
+    if (op.contains("name")) out.insert(op["name"].get<std::string>());
+  return out;
+}
+
+TEST(ChoiceMutator, CopyNameKeepsTheShapeAndDrawsOnlyNamesTheInputHad) {
+  std::mt19937 rng(6);
+  size_t copies = 0;
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::copy_name, rng);
+    if (!out) continue;
+    const json before = decoded(input), after = decoded(*out);
+    ASSERT_EQ(after["tree"].size(), before["tree"].size());
+    ASSERT_EQ(after["ops"].size(), before["ops"].size());
+    for (size_t i = 0; i < after["ops"].size(); ++i) ASSERT_EQ(after["ops"][i]["op"], before["ops"][i]["op"]);
+    const auto had = names_in(before);
+    for (const auto& name : names_in(after)) EXPECT_TRUE(had.count(name)) << "a new name: " << name;
+    ++copies;
+  }
+  EXPECT_GT(copies, 100u);
+}
+
+// The operations after it may read otherwise (a module's parameter count decides whether a
+// set_attr draws a parameter), so only the tree is compared.
+TEST(ChoiceMutator, CopyLeafMakesOneNodeACopyOfAnotherAndKeepsTheRestOfTheTree) {
+  std::mt19937 rng(7);
+  size_t copies = 0;
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::copy_leaf, rng);
+    if (!out) continue;
+    const json before = decoded(input)["tree"], after = decoded(*out)["tree"];
+    ASSERT_EQ(after.size(), before.size());
+    std::vector<size_t> changed;
+    for (size_t i = 0; i < after.size(); ++i)
+      if (after[i] != before[i]) changed.push_back(i);
+    ASSERT_LE(changed.size(), 1u) << "more than the copied leaf changed";
+    if (changed.empty()) continue;  // the two leaves were drawn alike
+    bool copy_of_another = false;
+    for (size_t i = 0; i < before.size(); ++i) copy_of_another |= i != changed[0] && before[i] == after[changed[0]];
+    EXPECT_TRUE(copy_of_another) << "node " << changed[0] << " became " << after[changed[0]].dump();
+    ++copies;
+  }
+  EXPECT_GT(copies, 50u);
+}
+
+size_t bytes_only(uint8_t*, size_t size, size_t) { return size; }  // marks the byte path: size unchanged
+TEST(ChoiceMutator, CustomMutateMixesBothKindsAndStaysWithinMaxSize) {
+  size_t choice_level = 0, byte_level = 0;
+  for (unsigned seed = 0; seed < 200; ++seed) {
+    Bytes input = sample_inputs()[seed % sample_inputs().size()];
+    if (input.size() < 8) continue;
+    const size_t size = input.size(), max_size = size + 4;
+    input.resize(max_size);
+    const size_t out = custom_mutate(input.data(), size, max_size, seed, DecodeLimits{}, bytes_only);
+    ASSERT_LE(out, max_size);
+    ++(out == size && std::equal(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(size),
+                                 sample_inputs()[seed % sample_inputs().size()].begin())
+           ? byte_level
+           : choice_level);
+  }
+  EXPECT_GT(choice_level, 40u);
+  EXPECT_GT(byte_level, 40u);
+}
+
+TEST(ChoiceMutator, TheEnvironmentSwitchesItAndABadValueNamesTheVariable) {
+  ::unsetenv("ZEROCHECK_CHOICE_MUTATOR");
+  EXPECT_TRUE(choice_mutator_from_environment());
+  ::setenv("ZEROCHECK_CHOICE_MUTATOR", "off", 1);
+  EXPECT_FALSE(choice_mutator_from_environment());
+  ::setenv("ZEROCHECK_CHOICE_MUTATOR", "yes", 1);
+  try {
+    choice_mutator_from_environment();
+    ADD_FAILURE() << "no UsageError";
+  } catch (const zero3::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("ZEROCHECK_CHOICE_MUTATOR is 'yes'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("ZEROCHECK_CHOICE_MUTATOR");
+}
+
+}  // namespace
+}  // namespace zerocheck::fuzz
