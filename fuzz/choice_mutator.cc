@@ -99,7 +99,8 @@ std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<Choice
       if (world.empty()) return std::nullopt;
       Bytes out = input;
       // Every byte changes: a different value for the choice unless it wraps to the same one.
-      for (size_t i = world[0].begin; i < world[0].end; ++i) out[i] = static_cast<uint8_t>(out[i] + 1 + below(rng, 255));
+      for (size_t i = world[0].begin; i < world[0].end; ++i)
+        out[i] = static_cast<uint8_t>(out[i] + 1 + below(rng, 255));
       return out;
     }
     case ChoiceMutation::copy_name: return copy_part(input, spans_of(spans, ChoiceSpan::attribute_name), rng);
@@ -159,7 +160,8 @@ bool choice_mutator_from_environment() {
   const char* value = std::getenv("ZEROCHECK_CHOICE_MUTATOR");
   if (value == nullptr || std::string(value) == "on") return true;
   if (std::string(value) == "off") return false;
-  throw zero3::UsageError(fmt::format("ZEROCHECK_CHOICE_MUTATOR is '{}': it must be 'on' (the default) or 'off'", value));
+  throw zero3::UsageError(
+      fmt::format("ZEROCHECK_CHOICE_MUTATOR is '{}': it must be 'on' (the default) or 'off'", value));
 }
 
 }  // namespace zerocheck::fuzz

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -103,120 +106,138 @@ TEST(ChoiceSpans, LieInsideTheInputAreNonEmptyAndNestOrAreDisjoint) {
   EXPECT_GT(with_units, sample_inputs().size() / 2) << "the sample exercises too few units";
 }
 
-TEST(ChoiceMutator, DeleteUnitRemovesOneUnitsOperationsAndNothingElse) {
-  std::mt19937 rng(1);
+// An edit of operation units, checked on every sample input whose operations were not cut: the
+// edit's decoded scenario differs from the input's in its operations only, and they are one of
+// the lists `candidates` makes from the input's operation groups (first: the operations before
+// any unit; last: those of a unit that ran out of input). Returns how many inputs were edited.
+using UnitEdit = std::function<std::optional<Bytes>(const Bytes&, const std::vector<ChoiceSpanAt>&)>;
+using Candidates = std::function<std::vector<std::vector<json>>(const std::vector<json>& groups)>;
+size_t check_unit_edit(const char* what, const UnitEdit& edit, const Candidates& candidates) {
   size_t edited = 0;
   for (const Bytes& input : sample_inputs()) {
     if (!uncut(input)) continue;
     const auto spans = choice_spans(input.data(), input.size());
-    const auto groups = operation_groups(input, units_of(spans));
-    const auto out = mutate_choices(input, spans, ChoiceMutation::delete_unit, rng);
-    if (units_of(spans).empty()) {
-      EXPECT_FALSE(out);
-      continue;
-    }
-    ASSERT_TRUE(out);
-    EXPECT_EQ(without_ops(decoded(*out)), without_ops(decoded(input)));
+    const auto out = edit(input, spans);
+    if (!out) continue;
+    const json before = decoded(input), after = decoded(*out);
+    EXPECT_EQ(without_ops(after), without_ops(before)) << what;
     bool matched = false;
-    for (size_t k = 1; k + 1 < groups.size() && !matched; ++k) {
-      auto fewer = groups;
-      fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(k));
-      matched = decoded(*out)["ops"] == joined(fewer);
+    for (const auto& groups : candidates(operation_groups(input, units_of(spans)))) {
+      json expected = joined(groups);
+      if (expected.size() > kMaxDecodedOps) expected.erase(expected.begin() + kMaxDecodedOps, expected.end());
+      matched |= after["ops"] == expected;
     }
-    EXPECT_TRUE(matched) << "no single unit's removal gives " << decoded(*out)["ops"].dump();
+    EXPECT_TRUE(matched) << what << ": no such edit gives " << after["ops"].dump();
     ++edited;
   }
+  return edited;
+}
+
+UnitEdit mutation(ChoiceMutation kind, unsigned seed) {
+  return [kind, rng = std::make_shared<std::mt19937>(seed)](const Bytes& input, const auto& spans) {
+    return mutate_choices(input, spans, kind, *rng);
+  };
+}
+
+// Groups 1 .. size-2 are the units.
+TEST(ChoiceMutator, DeleteUnitRemovesOneUnitsOperationsAndNothingElse) {
+  const size_t edited =
+      check_unit_edit("delete_unit", mutation(ChoiceMutation::delete_unit, 1), [](const auto& groups) {
+        std::vector<std::vector<json>> out;
+        for (size_t k = 1; k + 1 < groups.size(); ++k) {
+          out.push_back(groups);
+          out.back().erase(out.back().begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        return out;
+      });
   EXPECT_GT(edited, 100u);
 }
 
 TEST(ChoiceMutator, DuplicateUnitRepeatsOneUnitRightAfterItself) {
-  std::mt19937 rng(2);
-  for (const Bytes& input : sample_inputs()) {
-    if (!uncut(input)) continue;
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = mutate_choices(input, spans, ChoiceMutation::duplicate_unit, rng);
-    if (!out) continue;
-    const auto groups = operation_groups(input, units_of(spans));
-    bool matched = false;
-    for (size_t k = 1; k + 1 < groups.size() && !matched; ++k) {
-      auto more = groups;
-      more.insert(more.begin() + static_cast<std::ptrdiff_t>(k), groups[k]);
-      json expected = joined(more);
-      if (expected.size() > kMaxDecodedOps) expected.erase(expected.begin() + kMaxDecodedOps, expected.end());
-      matched = decoded(*out)["ops"] == expected;
-    }
-    EXPECT_TRUE(matched) << "no single unit's repetition gives " << decoded(*out)["ops"].dump();
-  }
-}
-
-TEST(ChoiceMutator, SwapUnitsExchangesTwoUnits) {
-  std::mt19937 rng(3);
-  size_t edited = 0;
-  for (const Bytes& input : sample_inputs()) {
-    if (!uncut(input)) continue;
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = mutate_choices(input, spans, ChoiceMutation::swap_units, rng);
-    if (!out) {
-      EXPECT_LT(units_of(spans).size(), 2u);
-      continue;
-    }
-    const auto groups = operation_groups(input, units_of(spans));
-    bool matched = false;
-    for (size_t i = 1; i + 1 < groups.size() && !matched; ++i)
-      for (size_t j = i + 1; j + 1 < groups.size() && !matched; ++j) {
-        auto swapped = groups;
-        std::swap(swapped[i], swapped[j]);
-        matched = decoded(*out)["ops"] == joined(swapped);
-      }
-    EXPECT_TRUE(matched) << "no exchange of two units gives " << decoded(*out)["ops"].dump();
-    ++edited;
-  }
+  const size_t edited =
+      check_unit_edit("duplicate_unit", mutation(ChoiceMutation::duplicate_unit, 2), [](const auto& groups) {
+        std::vector<std::vector<json>> out;
+        for (size_t k = 1; k + 1 < groups.size(); ++k) {
+          out.push_back(groups);
+          out.back().insert(out.back().begin() + static_cast<std::ptrdiff_t>(k), groups[k]);
+        }
+        return out;
+      });
   EXPECT_GT(edited, 100u);
 }
 
-TEST(ChoiceMutator, SpliceUnitInsertsAUnitOfTheOtherInput) {
-  std::mt19937 rng(4);
-  for (const Bytes& input : sample_inputs()) {
-    if (!uncut(input)) continue;
-    // Spliced into itself: the donor unit reads in the context it was drawn in (the same modules).
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = splice_unit(input, spans, input, spans, rng);
-    if (units_of(spans).empty()) {
-      EXPECT_FALSE(out);
-      continue;
-    }
-    ASSERT_TRUE(out);
-    const auto groups = operation_groups(input, units_of(spans));
-    bool matched = false;
-    for (size_t donor = 1; donor + 1 < groups.size() && !matched; ++donor)
-      for (size_t at = 1; at < groups.size() && !matched; ++at) {  // before unit `at`, or before the tail
-        auto more = groups;
-        more.insert(more.begin() + static_cast<std::ptrdiff_t>(at), groups[donor]);
-        json expected = joined(more);
-        if (expected.size() > kMaxDecodedOps) expected.erase(expected.begin() + kMaxDecodedOps, expected.end());
-        matched = decoded(*out)["ops"] == expected;
+TEST(ChoiceMutator, SwapUnitsExchangesTwoUnits) {
+  const size_t edited = check_unit_edit("swap_units", mutation(ChoiceMutation::swap_units, 3), [](const auto& groups) {
+    std::vector<std::vector<json>> out;
+    for (size_t i = 1; i + 1 < groups.size(); ++i)
+      for (size_t j = i + 1; j + 1 < groups.size(); ++j) {
+        out.push_back(groups);
+        std::swap(out.back()[i], out.back()[j]);
       }
-    EXPECT_TRUE(matched) << "no insertion of one unit gives " << decoded(*out)["ops"].dump();
+    return out;
+  });
+  EXPECT_GT(edited, 100u);
+}
+
+// Spliced into itself: the donor unit reads in the context it was drawn in (the same modules).
+TEST(ChoiceMutator, SpliceUnitInsertsAUnitOfTheOtherInput) {
+  auto rng = std::make_shared<std::mt19937>(4);
+  const UnitEdit splice = [rng](const Bytes& input, const auto& spans) {
+    return splice_unit(input, spans, input, spans, *rng);
+  };
+  const size_t edited = check_unit_edit("splice_unit", splice, [](const auto& groups) {
+    std::vector<std::vector<json>> out;
+    for (size_t donor = 1; donor + 1 < groups.size(); ++donor)
+      for (size_t at = 1; at < groups.size(); ++at) {  // before unit `at`, or before the last group
+        out.push_back(groups);
+        out.back().insert(out.back().begin() + static_cast<std::ptrdiff_t>(at), groups[donor]);
+      }
+    return out;
+  });
+  EXPECT_GT(edited, 100u);
+}
+
+TEST(ChoiceMutator, UnitEditsNeedTheUnitsTheyMove) {
+  std::mt19937 rng(8);
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    const size_t units = units_of(spans).size();
+    EXPECT_EQ(mutate_choices(input, spans, ChoiceMutation::delete_unit, rng).has_value(), units >= 1);
+    EXPECT_EQ(mutate_choices(input, spans, ChoiceMutation::duplicate_unit, rng).has_value(), units >= 1);
+    EXPECT_EQ(mutate_choices(input, spans, ChoiceMutation::swap_units, rng).has_value(), units >= 2);
+    EXPECT_EQ(splice_unit(input, spans, input, spans, rng).has_value(), units >= 1);
   }
 }
 
-TEST(ChoiceMutator, RedrawWorldKeepsTheTreeAndTheOperationKinds) {
-  std::mt19937 rng(5);
-  std::set<int> worlds_seen;
+// Calls `check(before, after)` with the decoded scenarios of every sample input `kind` edits and
+// of its edit; returns how many it edited.
+size_t for_each_edit(ChoiceMutation kind, unsigned seed, const std::function<void(const json&, const json&)>& check) {
+  std::mt19937 rng(seed);
+  size_t edited = 0;
   for (const Bytes& input : sample_inputs()) {
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = mutate_choices(input, spans, ChoiceMutation::redraw_world, rng);
-    if (input.empty()) {
-      EXPECT_FALSE(out);
-      continue;
-    }
-    ASSERT_TRUE(out);
-    const json before = decoded(input), after = decoded(*out);
-    ASSERT_EQ(after["tree"], before["tree"]);
-    ASSERT_EQ(after["ops"].size(), before["ops"].size());
-    for (size_t i = 0; i < after["ops"].size(); ++i) ASSERT_EQ(after["ops"][i]["op"], before["ops"][i]["op"]);
-    if (after["world_size"] != before["world_size"]) worlds_seen.insert(after["world_size"].get<int>());
+    const auto out = mutate_choices(input, choice_spans(input.data(), input.size()), kind, rng);
+    if (!out) continue;
+    check(decoded(input), decoded(*out));
+    ++edited;
   }
+  return edited;
+}
+
+void expect_same_operation_kinds(const json& before, const json& after) {
+  ASSERT_EQ(after["ops"].size(), before["ops"].size());
+  for (size_t i = 0; i < after["ops"].size(); ++i) ASSERT_EQ(after["ops"][i]["op"], before["ops"][i]["op"]);
+}
+
+TEST(ChoiceMutator, RedrawWorldKeepsTheTreeAndTheOperationKinds) {
+  std::set<int> worlds_seen;
+  const size_t edited = for_each_edit(ChoiceMutation::redraw_world, 5, [&](const json& before, const json& after) {
+    ASSERT_EQ(after["tree"], before["tree"]);
+    expect_same_operation_kinds(before, after);
+    if (after["world_size"] != before["world_size"]) worlds_seen.insert(after["world_size"].get<int>());
+  });
+  const auto empty =
+      std::count_if(sample_inputs().begin(), sample_inputs().end(), [](const Bytes& b) { return b.empty(); });
+  EXPECT_EQ(edited, sample_inputs().size() - static_cast<size_t>(empty)) << "every non-empty input has a world choice";
   EXPECT_EQ(worlds_seen.size(), static_cast<size_t>(kMaxDecodedWorld)) << "some world was never redrawn to";
 }
 
@@ -236,44 +257,32 @@ std::set<std::string> names_in(const json& scenario) {
 }
 
 TEST(ChoiceMutator, CopyNameKeepsTheShapeAndDrawsOnlyNamesTheInputHad) {
-  std::mt19937 rng(6);
-  size_t copies = 0;
-  for (const Bytes& input : sample_inputs()) {
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = mutate_choices(input, spans, ChoiceMutation::copy_name, rng);
-    if (!out) continue;
-    const json before = decoded(input), after = decoded(*out);
+  const size_t edited = for_each_edit(ChoiceMutation::copy_name, 6, [](const json& before, const json& after) {
     ASSERT_EQ(after["tree"].size(), before["tree"].size());
-    ASSERT_EQ(after["ops"].size(), before["ops"].size());
-    for (size_t i = 0; i < after["ops"].size(); ++i) ASSERT_EQ(after["ops"][i]["op"], before["ops"][i]["op"]);
+    expect_same_operation_kinds(before, after);
     const auto had = names_in(before);
     for (const auto& name : names_in(after)) EXPECT_TRUE(had.count(name)) << "a new name: " << name;
-    ++copies;
-  }
-  EXPECT_GT(copies, 100u);
+  });
+  EXPECT_GT(edited, 100u);
 }
 
 // The operations after it may read otherwise (a module's parameter count decides whether a
 // set_attr draws a parameter), so only the tree is compared.
 TEST(ChoiceMutator, CopyLeafMakesOneNodeACopyOfAnotherAndKeepsTheRestOfTheTree) {
-  std::mt19937 rng(7);
   size_t copies = 0;
-  for (const Bytes& input : sample_inputs()) {
-    const auto spans = choice_spans(input.data(), input.size());
-    const auto out = mutate_choices(input, spans, ChoiceMutation::copy_leaf, rng);
-    if (!out) continue;
-    const json before = decoded(input)["tree"], after = decoded(*out)["tree"];
+  for_each_edit(ChoiceMutation::copy_leaf, 7, [&](const json& before_scenario, const json& after_scenario) {
+    const json &before = before_scenario["tree"], &after = after_scenario["tree"];
     ASSERT_EQ(after.size(), before.size());
     std::vector<size_t> changed;
     for (size_t i = 0; i < after.size(); ++i)
       if (after[i] != before[i]) changed.push_back(i);
     ASSERT_LE(changed.size(), 1u) << "more than the copied leaf changed";
-    if (changed.empty()) continue;  // the two leaves were drawn alike
+    if (changed.empty()) return;  // the two leaves were drawn alike
     bool copy_of_another = false;
     for (size_t i = 0; i < before.size(); ++i) copy_of_another |= i != changed[0] && before[i] == after[changed[0]];
     EXPECT_TRUE(copy_of_another) << "node " << changed[0] << " became " << after[changed[0]].dump();
     ++copies;
-  }
+  });
   EXPECT_GT(copies, 50u);
 }
 
