@@ -307,9 +307,9 @@ TEST(ChoiceMutator, CustomMutateMixesBothKindsAndStaysWithinMaxSize) {
 
 TEST(ChoiceMutator, TheEnvironmentSwitchesItAndABadValueNamesTheVariable) {
   ::unsetenv("ZEROCHECK_CHOICE_MUTATOR");
+  EXPECT_FALSE(choice_mutator_from_environment()) << "off by default";
+  ::setenv("ZEROCHECK_CHOICE_MUTATOR", "on", 1);
   EXPECT_TRUE(choice_mutator_from_environment());
-  ::setenv("ZEROCHECK_CHOICE_MUTATOR", "off", 1);
-  EXPECT_FALSE(choice_mutator_from_environment());
   ::setenv("ZEROCHECK_CHOICE_MUTATOR", "yes", 1);
   try {
     choice_mutator_from_environment();
