@@ -12,13 +12,6 @@
 namespace zerocheck::fuzz {
 namespace {
 
-std::vector<ChoiceSpanAt> spans_of(const std::vector<ChoiceSpanAt>& spans, ChoiceSpan kind) {
-  std::vector<ChoiceSpanAt> out;
-  for (const auto& span : spans)
-    if (span.kind == kind) out.push_back(span);
-  return out;
-}
-
 size_t below(std::mt19937& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 
 // input[0, at) + insert + input[at, end).
@@ -123,9 +116,10 @@ std::optional<Bytes> splice_unit(const Bytes& into, const std::vector<ChoiceSpan
   const ChoiceSpanAt& donor = donors[below(rng, donors.size())];
   // Where a unit can go: above each unit (read before it), or below the last (read after it); an
   // input without units reads its first unit from its lowest bytes.
+  const std::vector<ChoiceSpanAt> units = spans_of(into_spans, ChoiceSpan::operation_unit);
   std::vector<size_t> places;
-  for (const auto& unit : spans_of(into_spans, ChoiceSpan::operation_unit)) places.push_back(unit.end);
-  places.push_back(places.empty() ? 0 : spans_of(into_spans, ChoiceSpan::operation_unit).back().begin);
+  for (const auto& unit : units) places.push_back(unit.end);
+  places.push_back(units.empty() ? 0 : units.back().begin);
   return inserted(into, places[below(rng, places.size())], from.data() + donor.begin, donor.end - donor.begin);
 }
 

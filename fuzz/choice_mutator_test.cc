@@ -39,10 +39,7 @@ const std::vector<Bytes>& sample_inputs() {
 json decoded(const Bytes& bytes) { return to_json(scenario_from_bytes(bytes.data(), bytes.size())); }
 
 std::vector<ChoiceSpanAt> units_of(const std::vector<ChoiceSpanAt>& spans) {
-  std::vector<ChoiceSpanAt> out;
-  for (const auto& span : spans)
-    if (span.kind == ChoiceSpan::operation_unit) out.push_back(span);
-  return out;
+  return spans_of(spans, ChoiceSpan::operation_unit);
 }
 
 // The scenario's operations cut into: the ones before the first unit, each unit's, then those of

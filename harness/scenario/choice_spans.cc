@@ -43,6 +43,13 @@ std::vector<ChoiceSpanAt> choice_spans(const uint8_t* data, size_t size, const D
   return recorder.take();
 }
 
+std::vector<ChoiceSpanAt> spans_of(const std::vector<ChoiceSpanAt>& spans, ChoiceSpan kind) {
+  std::vector<ChoiceSpanAt> out;
+  for (const auto& span : spans)
+    if (span.kind == kind) out.push_back(span);
+  return out;
+}
+
 const char* to_string(ChoiceSpan kind) {
   switch (kind) {
     case ChoiceSpan::world: return "world";

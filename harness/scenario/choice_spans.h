@@ -39,6 +39,9 @@ struct ChoiceSpanAt {
 // Throws UsageError for invalid limits.
 std::vector<ChoiceSpanAt> choice_spans(const uint8_t* data, size_t size, const DecodeLimits& limits = {});
 
+// Returns the spans of one kind, in their order.
+std::vector<ChoiceSpanAt> spans_of(const std::vector<ChoiceSpanAt>& spans, ChoiceSpan kind);
+
 // "world", "leaf", "expert", "attribute_name", "operation_unit".
 const char* to_string(ChoiceSpan kind);
 
