@@ -75,7 +75,9 @@ class SeedDriver final : public RankDriver {
       // about itself plays no part.
       const auto experts = seed_experts(*rank.model());
       for (size_t i = 0; i < experts.size(); ++i) {
-        const at::Tensor* weight = experts[i]->named_parameters(/*recurse=*/true).find("linear.weight");
+        // Held: find() points into the dictionary, which must outlive the read (ASan).
+        const auto parameters = experts[i]->named_parameters(/*recurse=*/true);
+        const at::Tensor* weight = parameters.find("linear.weight");
         part_.holds[i] = weight != nullptr && weight->has_storage() && weight->storage().nbytes() > 0;
       }
     } else if (index == 1) {
