@@ -70,6 +70,13 @@ expect_usage "--from is required" ci/fuzz-merge --target config_json
 expect_usage "--from needs a value" ci/fuzz-merge --target config_json --from
 expect_usage "--from 'no-such-folder' is not a folder" ci/fuzz-merge --target config_json --from no-such-folder
 expect_usage "unknown argument '--bogus'" ci/fuzz-merge --target config_json --from fuzz/corpus/config_json --bogus
+expect_usage "--build-dir needs a value" ci/test-sanitizers --build-dir
+expect_usage "--build-dir 'no-such-folder' holds no configured build" ci/test-sanitizers --build-dir no-such-folder
+plain_build=$(mktemp -d "${TMPDIR:-/tmp}/zerocheck-plain-build.XXXXXX")
+touch "$plain_build/build.ninja"
+echo "CMAKE_CXX_FLAGS:STRING=-O2" > "$plain_build/CMakeCache.txt"
+expect_usage "is not built with -fsanitize=address" ci/test-sanitizers --build-dir "$plain_build"
+rm -rf "$plain_build"
 # --list-faults: the attrs hunt's default faults are the catalogue's rows for I1, I2 and I5
 # (engine/faults.h's third column), scenario_ops's are all of them.
 expect_faults() {  # expected-list command...
