@@ -89,13 +89,19 @@ class CommandLine(unittest.TestCase):
         self.assertIn("RANK is not set", run.stderr)
 
     def test_two_ranks_merge_their_findings_and_rank_0_writes(self):
-        env = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(support.free_port()))
         args = [sys.executable, "-m", "zerocheck_ds", "--scenarios",
                 support.good("experts_attr_mod"), "--out", self.out, "--adapter", "faulty"]
-        ranks = [subprocess.Popen(args, env=support.cli_env(RANK=str(r), LOCAL_RANK=str(r), **env),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(2)]
-        outputs = [p.communicate(timeout=120) for p in ranks]
+        # A port another process took between free_port() and rank 0's bind (an outgoing
+        # connection of a test running beside this one can) is retried on a new one, as the
+        # suite's pool does.
+        for attempt in range(3):
+            env = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(support.free_port()))
+            ranks = [subprocess.Popen(args, env=support.cli_env(RANK=str(r), LOCAL_RANK=str(r), **env),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for r in range(2)]
+            outputs = [p.communicate(timeout=120) for p in ranks]
+            if not any("address already in use" in err.lower() for _, err in outputs):
+                break
         self.assertEqual([p.returncode for p in ranks], [1, 1], outputs)
         self.assertEqual(outputs[1][0], "")  # only rank 0 reports
         verdict = read_json(os.path.join(self.out, "experts_attr_mod.verdict.json"))
