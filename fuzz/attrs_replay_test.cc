@@ -1,7 +1,6 @@
 // Replays fuzz/corpus/attrs and fuzz/regressions/attrs without libFuzzer: each file decodes (the
 // attributes profile) to a scenario on which the reference engine holds I1, I2, I5 and I7; and the
 // target's language is what fuzz/scenario_target.h promises.
-#include "fuzz/decoded_scenarios.h"
 #include "fuzz/replay_files.h"
 #include "fuzz/scenario_target.h"
 
@@ -19,35 +18,19 @@ TEST(AttrsCorpus, IsNotEmpty) {
   EXPECT_FALSE(files::kCorpus.empty()) << "no seed files in " << files::kCorpusDir;
 }
 
-// Holds when the reference engine keeps I1, I2, I5 and I7 on the scenario `bytes` decode to.
-void expect_holds(const std::string& path, const std::string& bytes) {
-  const OpsRun run =
-      run_scenario_bytes(attrs_target(), reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none);
-  const auto finding =
-      finding_of(attrs_target(), run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_attrs on " + path + ")");
-  EXPECT_FALSE(finding) << path << ": " << finding->signature << "\n" << finding->details;
-}
-
 // The seed corpus is what ci/fuzz-merge keeps of campaigns: hundreds of files. One test runs them
 // all (a few milliseconds each), since a ctest process per file costs about a second of start-up.
 TEST(AttrsCorpus, ReferenceEngineHoldsTheAttributeInvariantsOnEverySeed) {
   for (const ReplayFile& file : replay_files(files::kCorpus, {})) {
     std::string bytes;
     ASSERT_TRUE(read_replay_file(file, &bytes));
-    expect_holds(file.path, bytes);
+    expect_reference_holds(attrs_target(), file.path, bytes);
   }
 }
 
 // The bytes still mean the scenarios stored beside them (fuzz/decoded_scenarios.h).
 TEST(AttrsCorpus, EveryInputDecodesToItsStoredScenario) {
-  std::vector<std::string> inputs;
-  for (const ReplayFile& file : replay_files(files::kCorpus, files::kRegressions)) {
-    std::string bytes;
-    ASSERT_TRUE(read_replay_file(file, &bytes));
-    EXPECT_EQ(decoded_json_problem(attrs_target(), file.path, bytes), "");
-    inputs.push_back(file.path);
-  }
-  for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
+  expect_inputs_decode_to_stored_scenarios(attrs_target(), files::kCorpus, files::kRegressions);
 }
 
 // Regressions stay one named case each: a failure names the bug that came back.
@@ -56,7 +39,7 @@ class AttrsRegression : public testing::TestWithParam<ReplayFile> {};
 TEST_P(AttrsRegression, ReferenceEngineHoldsTheAttributeInvariants) {
   std::string bytes;
   ASSERT_TRUE(read_replay_file(GetParam(), &bytes));
-  expect_holds(GetParam().path, bytes);
+  expect_reference_holds(attrs_target(), GetParam().path, bytes);
 }
 
 // The profile's promise, over many random inputs: nothing that trains or checkpoints, worlds and

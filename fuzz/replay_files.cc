@@ -1,5 +1,7 @@
 #include "fuzz/replay_files.h"
 
+#include "fuzz/decoded_scenarios.h"
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -66,5 +68,25 @@ void expect_parse_check_holds(const ReplayFile& file, ParseCheck (*check)(std::s
 std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info) { return info.param.test_name; }
 
 void PrintTo(const ReplayFile& file, std::ostream* out) { *out << file.path; }
+
+void expect_reference_holds(const ScenarioTarget& target, const std::string& path, const std::string& bytes) {
+  const OpsRun run =
+      run_scenario_bytes(target, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none);
+  const auto finding = finding_of(target, run, zero3::Fault::none,
+                                  "(not written: run build/fuzz/bin/fuzz_" + std::string(target.name) + " on " + path + ")");
+  EXPECT_FALSE(finding) << path << ": " << finding->signature << "\n" << finding->details;
+}
+
+void expect_inputs_decode_to_stored_scenarios(const ScenarioTarget& target, const std::vector<std::string>& corpus,
+                                              const std::vector<std::string>& regressions) {
+  std::vector<std::string> inputs;
+  for (const ReplayFile& file : replay_files(corpus, regressions)) {
+    std::string bytes;
+    ASSERT_TRUE(read_replay_file(file, &bytes));
+    EXPECT_EQ(decoded_json_problem(target, file.path, bytes), "");
+    inputs.push_back(file.path);
+  }
+  for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
+}
 
 }  // namespace zerocheck::fuzz

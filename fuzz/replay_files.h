@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fuzz/finding.h"
+#include "fuzz/scenario_target.h"
 
 #include <gtest/gtest.h>
 
@@ -38,5 +39,13 @@ std::string replay_test_name(const testing::TestParamInfo<ReplayFile>& info);
 
 // So a failing case prints its path.
 void PrintTo(const ReplayFile& file, std::ostream* out);
+
+// The scenario targets' two checks, one definition for scenario_ops and attrs: the reference
+// engine holds the target's invariants on what `bytes` decode to (a failure names the file) ...
+void expect_reference_holds(const ScenarioTarget& target, const std::string& path, const std::string& bytes);
+// ... and every input still decodes to the scenario stored beside it, and no stored scenario has
+// lost its input (fuzz/decoded_scenarios.h).
+void expect_inputs_decode_to_stored_scenarios(const ScenarioTarget& target, const std::vector<std::string>& corpus,
+                                              const std::vector<std::string>& regressions);
 
 }  // namespace zerocheck::fuzz

@@ -23,16 +23,6 @@ TEST(ScenarioOpsCorpus, IsNotEmpty) {
   EXPECT_FALSE(files::kCorpus.empty()) << "no seed files in " << files::kCorpusDir;
 }
 
-// Holds when the reference engine keeps every invariant on the scenario `bytes` decode to.
-void expect_holds(const std::string& path, const std::string& bytes) {
-  const auto& target = scenario_ops_target();
-  const OpsRun run =
-      run_scenario_bytes(target, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), zero3::Fault::none);
-  const auto finding =
-      finding_of(target, run, zero3::Fault::none, "(not written: run build/fuzz/bin/fuzz_scenario_ops on " + path + ")");
-  EXPECT_FALSE(finding) << path << ": " << finding->signature << "\n" << finding->details;
-}
-
 // The seed corpus is the fault-killing seeds plus what ci/fuzz-merge keeps of campaigns: over a
 // thousand files. A ctest process per file costs about a second of start-up in each of CI's three
 // ctest runs, and one for them all ran past 120 s under ASan; so kCorpusShards cases, each every
@@ -46,7 +36,7 @@ TEST_P(ScenarioOpsCorpusShard, ReferenceEngineHoldsEveryInvariant) {
   for (size_t i = static_cast<size_t>(GetParam()); i < corpus.size(); i += kCorpusShards) {
     std::string bytes;
     ASSERT_TRUE(read_replay_file(corpus[i], &bytes));
-    expect_holds(corpus[i].path, bytes);
+    expect_reference_holds(scenario_ops_target(), corpus[i].path, bytes);
   }
 }
 
@@ -54,14 +44,7 @@ INSTANTIATE_TEST_SUITE_P(Shards, ScenarioOpsCorpusShard, testing::Range(0, kCorp
 
 // The bytes still mean the scenarios stored beside them (fuzz/decoded_scenarios.h).
 TEST(ScenarioOpsCorpus, EveryInputDecodesToItsStoredScenario) {
-  std::vector<std::string> inputs;
-  for (const ReplayFile& file : replay_files(files::kCorpus, files::kRegressions)) {
-    std::string bytes;
-    ASSERT_TRUE(read_replay_file(file, &bytes));
-    EXPECT_EQ(decoded_json_problem(scenario_ops_target(), file.path, bytes), "");
-    inputs.push_back(file.path);
-  }
-  for (const auto& orphan : orphan_decoded_files(inputs)) ADD_FAILURE() << orphan << ": its input is gone; delete it";
+  expect_inputs_decode_to_stored_scenarios(scenario_ops_target(), files::kCorpus, files::kRegressions);
 }
 
 // Regressions stay one named case each: a failure names the bug that came back.
@@ -70,7 +53,7 @@ class ScenarioOpsRegression : public testing::TestWithParam<ReplayFile> {};
 TEST_P(ScenarioOpsRegression, ReferenceEngineHoldsEveryInvariant) {
   std::string bytes;
   ASSERT_TRUE(read_replay_file(GetParam(), &bytes));
-  expect_holds(GetParam().path, bytes);
+  expect_reference_holds(scenario_ops_target(), GetParam().path, bytes);
 }
 
 // The check itself, on a scratch copy of the layout: a missing, an edited and an orphan stored
