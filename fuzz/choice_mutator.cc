@@ -51,8 +51,18 @@ const char* to_string(ChoiceMutation mutation) {
     case ChoiceMutation::redraw_world: return "redraw_world";
     case ChoiceMutation::copy_name: return "copy_name";
     case ChoiceMutation::copy_leaf: return "copy_leaf";
+    case ChoiceMutation::redraw_rest: return "redraw_rest";
   }
   return "?";
+}
+
+std::vector<size_t> redraw_cuts(const std::vector<ChoiceSpanAt>& spans, size_t size) {
+  std::vector<size_t> cuts{size};
+  for (const auto& unit : spans_of(spans, ChoiceSpan::operation_unit)) {
+    if (cuts.back() != unit.end) cuts.push_back(unit.end);
+    cuts.push_back(unit.begin);
+  }
+  return cuts;
 }
 
 std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<ChoiceSpanAt>& spans,
@@ -104,6 +114,15 @@ std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<Choice
       const std::vector<ChoiceSpanAt> experts = spans_of(spans, ChoiceSpan::expert);
       if (leaves.size() < 2 || (experts.size() >= 2 && rng() % 2 == 0)) return copy_part(input, experts, rng);
       return copy_part(input, leaves, rng);
+    }
+    case ChoiceMutation::redraw_rest: {
+      const std::vector<size_t> cuts = redraw_cuts(spans, input.size());
+      const size_t cut = cuts[below(rng, cuts.size())];
+      Bytes out(1 + below(rng, kMaxFreshBytes));
+      for (auto& byte : out) byte = static_cast<uint8_t>(rng());
+      // Below the kept top: read after the parts above the cut.
+      out.insert(out.end(), input.begin() + static_cast<std::ptrdiff_t>(cut), input.end());
+      return out;
     }
   }
   return std::nullopt;

@@ -11,6 +11,10 @@
 //   redraw_world    new bytes for the world-size choice, the tree and operations kept;
 //   copy_name       one attribute name's choices copied over another's (two nodes colliding);
 //   copy_leaf       one leaf's choices copied over another's, or one expert's over another's;
+//   redraw_rest     the parts above a cut kept (none, the header, the header and the first k
+//                   units), fresh random bytes for everything after them: random testing's reach
+//                   (a whole new scenario, or new operations on a tree the corpus found) inside
+//                   the coverage-guided loop;
 // and across inputs, splice_unit inserts a unit of one input between two units of another.
 // libFuzzer's byte mutations stay: custom_mutate makes half of its mutations with them.
 //
@@ -34,10 +38,15 @@ namespace zerocheck::fuzz {
 
 using Bytes = std::vector<uint8_t>;
 
-enum class ChoiceMutation { delete_unit, duplicate_unit, swap_units, redraw_world, copy_name, copy_leaf };
+enum class ChoiceMutation { delete_unit, duplicate_unit, swap_units, redraw_world, copy_name, copy_leaf, redraw_rest };
 inline constexpr ChoiceMutation kChoiceMutations[] = {
-    ChoiceMutation::delete_unit,  ChoiceMutation::duplicate_unit, ChoiceMutation::swap_units,
-    ChoiceMutation::redraw_world, ChoiceMutation::copy_name,      ChoiceMutation::copy_leaf};
+    ChoiceMutation::delete_unit, ChoiceMutation::duplicate_unit, ChoiceMutation::swap_units,
+    ChoiceMutation::redraw_world, ChoiceMutation::copy_name,    ChoiceMutation::copy_leaf,
+    ChoiceMutation::redraw_rest};
+
+// redraw_rest draws 1..kMaxFreshBytes new bytes: about 40 operations at most, near the 24 of
+// `zerocheck check`'s scripts.
+inline constexpr size_t kMaxFreshBytes = 256;
 const char* to_string(ChoiceMutation mutation);
 
 // Returns `input` (whose parts are `spans`) with one edit of kind `mutation`, its parts picked with
@@ -45,6 +54,10 @@ const char* to_string(ChoiceMutation mutation);
 // that read bytes, ...).
 std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<ChoiceSpanAt>& spans,
                                     ChoiceMutation mutation, std::mt19937& rng);
+
+// Where redraw_rest may cut an input of `size` bytes whose parts are `spans`, highest first: the
+// top (nothing kept), below the header (above the first unit), and below each whole unit.
+std::vector<size_t> redraw_cuts(const std::vector<ChoiceSpanAt>& spans, size_t size);
 
 // Returns `into` with one operation unit of `from` inserted before one of its units or after the
 // last (picked with `rng`); nothing when `from` has no unit.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <random>
 #include <set>
@@ -281,6 +282,65 @@ TEST(ChoiceMutator, CopyLeafMakesOneNodeACopyOfAnotherAndKeepsTheRestOfTheTree) 
     ++copies;
   });
   EXPECT_GT(copies, 50u);
+}
+
+TEST(ChoiceMutator, RedrawCutsLieBetweenWholeParts) {
+  size_t checked = 0;
+  for (const Bytes& input : sample_inputs()) {
+    if (!uncut(input)) continue;
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto units = units_of(spans);
+    const std::vector<size_t> cuts = redraw_cuts(spans, input.size());
+    ASSERT_EQ(cuts.size(), units.empty() ? 1 : units.size() + 2);
+    ASSERT_EQ(cuts[0], input.size()) << "the first cut keeps nothing";
+    const auto groups = operation_groups(input, units);
+    for (size_t i = 1; i < cuts.size(); ++i) {
+      const json kept = decoded(Bytes(input.begin() + static_cast<std::ptrdiff_t>(cuts[i]), input.end()));
+      EXPECT_EQ(without_ops(kept), without_ops(decoded(input))) << "cut " << i;
+      EXPECT_EQ(kept["ops"], joined(std::vector<json>(groups.begin(), groups.begin() + static_cast<std::ptrdiff_t>(i))))
+          << "cut " << i << " at byte " << cuts[i];
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 500u);
+}
+
+// Whether `out` ends with input[at, end): the bytes above the cut `at`, kept.
+bool keeps_top(const Bytes& out, const Bytes& input, size_t at) {
+  const size_t kept = input.size() - at;
+  return out.size() > kept && std::equal(input.begin() + static_cast<std::ptrdiff_t>(at), input.end(),
+                                         out.end() - static_cast<std::ptrdiff_t>(kept));
+}
+
+// A kept top decodes as the input cut there did, and the fresh bytes below it draw more.
+TEST(ChoiceMutator, RedrawRestKeepsTheTopAboveACutAndDrawsTheRestAfresh) {
+  std::mt19937 rng(9);
+  size_t from_scratch = 0, kept_some = 0, grew = 0;
+  for (const Bytes& input : sample_inputs()) {
+    const auto spans = choice_spans(input.data(), input.size());
+    const auto out = mutate_choices(input, spans, ChoiceMutation::redraw_rest, rng);
+    ASSERT_TRUE(out.has_value()) << "every input can be drawn afresh";
+    std::optional<size_t> cut;  // the cut whose top `out` kept, below at most kMaxFreshBytes new ones
+    for (size_t at : redraw_cuts(spans, input.size()))
+      if (keeps_top(*out, input, at) && out->size() - (input.size() - at) <= kMaxFreshBytes) cut = at;
+    ASSERT_TRUE(cut.has_value()) << "no cut's top kept below 1.." << kMaxFreshBytes << " fresh bytes";
+    if (*cut == input.size()) {
+      ++from_scratch;
+      continue;
+    }
+    const json through_cut = decoded(Bytes(input.begin() + static_cast<std::ptrdiff_t>(*cut), input.end()));
+    const json after = decoded(*out);
+    EXPECT_EQ(without_ops(after), without_ops(through_cut));
+    const json& kept = through_cut["ops"];
+    const json& ops = after["ops"];
+    ASSERT_GE(ops.size(), kept.size());
+    EXPECT_EQ(json(std::vector<json>(ops.begin(), ops.begin() + static_cast<std::ptrdiff_t>(kept.size()))), kept);
+    ++kept_some;
+    grew += ops.size() > kept.size();
+  }
+  EXPECT_GT(from_scratch, 20u);
+  EXPECT_GT(kept_some, 100u);
+  EXPECT_GT(grew, 100u) << "the fresh bytes drew too few operations";
 }
 
 size_t bytes_only(uint8_t*, size_t size, size_t) { return size; }  // marks the byte path: size unchanged
