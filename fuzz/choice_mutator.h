@@ -42,7 +42,7 @@ enum class ChoiceMutation { delete_unit, duplicate_unit, swap_units, redraw_worl
 inline constexpr ChoiceMutation kChoiceMutations[] = {
     ChoiceMutation::delete_unit, ChoiceMutation::duplicate_unit, ChoiceMutation::swap_units,
     ChoiceMutation::redraw_world, ChoiceMutation::copy_name,    ChoiceMutation::copy_leaf,
-    ChoiceMutation::redraw_rest};
+    ChoiceMutation::redraw_rest};  // last: custom_mutate gives it a share of its own
 
 // redraw_rest draws 1..kMaxFreshBytes new bytes: about 40 operations at most, near the 24 of
 // `zerocheck check`'s scripts.
@@ -67,8 +67,10 @@ std::optional<Bytes> splice_unit(const Bytes& into, const std::vector<ChoiceSpan
 // libFuzzer's LLVMFuzzerMutate: mutates data[0, size) in place within max_size, returns the size.
 using ByteMutator = size_t (*)(uint8_t* data, size_t size, size_t max_size);
 
-// The body of LLVMFuzzerCustomMutator for a target decoding within `limits`: with `seed`'s first
-// coin, or when no choice-level edit applies within max_size, `byte_mutate`; else one edit.
+// The body of LLVMFuzzerCustomMutator for a target decoding within `limits`: half of the seeds
+// `byte_mutate`, a quarter redraw_rest, a quarter another edit of kChoiceMutations; `byte_mutate`
+// also when no edit applies within max_size. redraw_rest keeps nothing a third of the time, the
+// header a third, the header and the first k units (k >= 0 picked) a third.
 size_t custom_mutate(uint8_t* data, size_t size, size_t max_size, unsigned seed, const DecodeLimits& limits,
                      ByteMutator byte_mutate);
 
