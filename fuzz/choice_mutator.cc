@@ -116,11 +116,13 @@ std::optional<Bytes> mutate_choices(const Bytes& input, const std::vector<Choice
       return copy_part(input, leaves, rng);
     }
     case ChoiceMutation::redraw_rest: {
-      // A third each: a new scenario, new operations on this tree, more after a whole unit.
+      // Half the time a new scenario, a quarter new operations on this tree, a quarter more after
+      // a whole unit. A new scenario gets kMinScenarioBytes at least: fewer cut its tree short.
       const std::vector<size_t> cuts = redraw_cuts(spans, input.size());
-      const size_t third = cuts.size() == 1 ? 0 : below(rng, 3);
-      const size_t cut = third == 2 ? cuts[1 + below(rng, cuts.size() - 1)] : cuts[third];
-      Bytes out(1 + below(rng, kMaxFreshBytes));
+      const size_t quarter = cuts.size() == 1 ? 0 : below(rng, 4);
+      const size_t cut = quarter <= 1 ? cuts[0] : quarter == 2 ? cuts[1] : cuts[1 + below(rng, cuts.size() - 1)];
+      const size_t least = cut == input.size() ? kMinScenarioBytes : 1;
+      Bytes out(least + below(rng, kMaxFreshBytes - least + 1));
       for (auto& byte : out) byte = static_cast<uint8_t>(rng());
       // Below the kept top: read after the parts above the cut.
       out.insert(out.end(), input.begin() + static_cast<std::ptrdiff_t>(cut), input.end());

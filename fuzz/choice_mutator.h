@@ -44,9 +44,11 @@ inline constexpr ChoiceMutation kChoiceMutations[] = {
     ChoiceMutation::redraw_world, ChoiceMutation::copy_name,    ChoiceMutation::copy_leaf,
     ChoiceMutation::redraw_rest};  // last: custom_mutate gives it a share of its own
 
-// redraw_rest draws 1..kMaxFreshBytes new bytes: about 40 operations at most, near the 24 of
-// `zerocheck check`'s scripts.
-inline constexpr size_t kMaxFreshBytes = 256;
+// redraw_rest draws 1..kMaxFreshBytes new bytes (about 0.3 operations a byte: up to about 50
+// operations, as `zerocheck check`'s 24 units make), kMinScenarioBytes at least for a whole new
+// scenario (random inputs that short decode to trees of one or two nodes).
+inline constexpr size_t kMaxFreshBytes = 160;
+inline constexpr size_t kMinScenarioBytes = 48;
 const char* to_string(ChoiceMutation mutation);
 
 // Returns `input` (whose parts are `spans`) with one edit of kind `mutation`, its parts picked with
@@ -69,8 +71,8 @@ using ByteMutator = size_t (*)(uint8_t* data, size_t size, size_t max_size);
 
 // The body of LLVMFuzzerCustomMutator for a target decoding within `limits`: half of the seeds
 // `byte_mutate`, a quarter redraw_rest, a quarter another edit of kChoiceMutations; `byte_mutate`
-// also when no edit applies within max_size. redraw_rest keeps nothing a third of the time, the
-// header a third, the header and the first k units (k >= 0 picked) a third.
+// also when no edit applies within max_size. redraw_rest keeps nothing half of the time, the
+// header a quarter, the header and the first k units (k >= 0 picked) a quarter.
 size_t custom_mutate(uint8_t* data, size_t size, size_t max_size, unsigned seed, const DecodeLimits& limits,
                      ByteMutator byte_mutate);
 

@@ -325,6 +325,7 @@ TEST(ChoiceMutator, RedrawRestKeepsTheTopAboveACutAndDrawsTheRestAfresh) {
       if (keeps_top(*out, input, at) && out->size() - (input.size() - at) <= kMaxFreshBytes) cut = at;
     ASSERT_TRUE(cut.has_value()) << "no cut's top kept below 1.." << kMaxFreshBytes << " fresh bytes";
     if (*cut == input.size()) {
+      EXPECT_GE(out->size(), kMinScenarioBytes) << "a new scenario too short for a whole tree";
       ++from_scratch;
       continue;
     }
