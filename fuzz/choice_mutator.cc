@@ -180,10 +180,10 @@ size_t custom_cross_over(const uint8_t* a, size_t a_size, const uint8_t* b, size
 
 bool choice_mutator_from_environment() {
   const char* value = std::getenv("ZEROCHECK_CHOICE_MUTATOR");
-  if (value == nullptr || std::string(value) == "off") return false;
-  if (std::string(value) == "on") return true;
+  if (value == nullptr || std::string(value) == "on") return true;
+  if (std::string(value) == "off") return false;
   throw zero3::UsageError(
-      fmt::format("ZEROCHECK_CHOICE_MUTATOR is '{}': it must be 'on' or 'off' (the default)", value));
+      fmt::format("ZEROCHECK_CHOICE_MUTATOR is '{}': it must be 'on' (the default) or 'off'", value));
 }
 
 }  // namespace zerocheck::fuzz

@@ -18,10 +18,11 @@
 // and across inputs, splice_unit inserts a unit of one input between two units of another.
 // libFuzzer's byte mutations stay: custom_mutate makes half of its mutations with them.
 //
-// Whether it runs: ZEROCHECK_CHOICE_MUTATOR=on, or off (the default: every mutation is
+// Whether it runs: ZEROCHECK_CHOICE_MUTATOR=on (the default) or off (every mutation is
 // libFuzzer's own, crossover included), so one binary measures both (ci/fuzz-fault-hunt
-// --choice-mutator). Off by default: measured against libFuzzer alone (fuzz/PERFORMANCE.md,
-// 2026-12-02) it found no fault faster and the deep ones no more often.
+// --choice-mutator). On by default since redraw_rest: with it the fuzzer finds every deep fault
+// in every repetition within 10 minutes, which libFuzzer's mutations alone did not
+// (fuzz/PERFORMANCE.md, "Time to find: with redraw_rest").
 //
 // Thread-safety: pure functions of their arguments (and of `rng`'s state).
 #pragma once
@@ -81,7 +82,7 @@ size_t custom_mutate(uint8_t* data, size_t size, size_t max_size, unsigned seed,
 size_t custom_cross_over(const uint8_t* a, size_t a_size, const uint8_t* b, size_t b_size, uint8_t* out,
                          size_t max_out_size, unsigned seed, const DecodeLimits& limits);
 
-// Returns whether ZEROCHECK_CHOICE_MUTATOR asks for the choice-level edits: "on": yes, unset or
+// Returns whether ZEROCHECK_CHOICE_MUTATOR asks for the choice-level edits: unset or "on": yes,
 // "off": no. Throws zero3::UsageError naming the variable and both values for anything else.
 bool choice_mutator_from_environment();
 

@@ -365,7 +365,9 @@ TEST(ChoiceMutator, CustomMutateMixesBothKindsAndStaysWithinMaxSize) {
 
 TEST(ChoiceMutator, TheEnvironmentSwitchesItAndABadValueNamesTheVariable) {
   ::unsetenv("ZEROCHECK_CHOICE_MUTATOR");
-  EXPECT_FALSE(choice_mutator_from_environment()) << "off by default";
+  EXPECT_TRUE(choice_mutator_from_environment()) << "on by default";
+  ::setenv("ZEROCHECK_CHOICE_MUTATOR", "off", 1);
+  EXPECT_FALSE(choice_mutator_from_environment());
   ::setenv("ZEROCHECK_CHOICE_MUTATOR", "on", 1);
   EXPECT_TRUE(choice_mutator_from_environment());
   ::setenv("ZEROCHECK_CHOICE_MUTATOR", "yes", 1);

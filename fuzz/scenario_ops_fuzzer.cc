@@ -11,7 +11,7 @@
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace {
-bool g_choice_mutator = false;
+bool g_choice_mutator = true;  // as start_fuzzing's environment says
 zerocheck::DecodeLimits g_limits;  // the target's, as start_fuzzing read them
 }  // namespace
 

@@ -331,6 +331,7 @@ HUNT_FAULTS = ("shard-offset-off-by-one", "accept-repeated-initialize", "legacy-
 
 def run_hunt_all(out, *args, env=None):
     env = dict(os.environ, ZEROCHECK_HUNT_CAMPAIGN=os.path.join(FAKES, "fuzz-campaign"), **(env or {}))
+    env.pop("ZEROCHECK_CHOICE_MUTATOR", None)  # the defaults are what the tests check
     return subprocess.run([HUNT, "--all", "--minutes", "0.05", "--random", "--zerocheck",
                            os.path.join(FAKES, "zerocheck"), "--out", out, *args],
                           capture_output=True, text=True, env=env)
@@ -478,6 +479,10 @@ def check_time_to_find_cap(scratch):
     equal(result.returncode, 1, f"time-to-find cap: exit ({result.stderr.strip()[-300:]})")
     equal(result.stderr.count(": not run (cap)"), 7, "time-to-find cap: hunts said to be cut off")
     check("Cap: 0.1 min for the whole run" in result.stdout, "time-to-find cap: the output says the cap")
+    check("choice-level mutator on." in result.stdout, "time-to-find cap: the choice mutator is on by default")
+    fake_env = os.path.join(out, "fuzzer", HUNT_FAULTS[0], "rep-1", "fake-env.txt")
+    equal(open(fake_env, encoding="utf-8").read().strip(), "ZEROCHECK_CHOICE_MUTATOR=on",
+          "time-to-find cap: the first hunt's choice mutator (the default)")
     with open(os.path.join(out, "time-to-find.json"), encoding="utf-8") as f:
         tables = json.load(f)
     equal(len(tables["cut_off"]), 7, "time-to-find cap: cut-off hunts in the JSON")

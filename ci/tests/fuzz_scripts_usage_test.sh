@@ -61,6 +61,9 @@ expect_usage "ci/fuzz-fault-hunt --all [--reps N] [--minutes M] [--cap-minutes C
 expect_usage "unknown argument '--bogus'" ci/fuzz-speed --bogus
 expect_usage "--seconds needs a whole number, got 'x'" ci/fuzz-speed --seconds x
 expect_usage "--base 'no-such-commit' is not a commit" ci/fuzz-speed --base no-such-commit
+expect_usage "--targets: 'config_json' is not a scenario fuzzer (scenario_ops, attrs)" ci/fuzz-speed --targets "attrs config_json"
+expect_usage "--targets names no fuzzer" ci/fuzz-speed --targets " "
+expect_usage "--corpus must be empty or tree, got 'full'" ci/fuzz-speed --corpus full
 expect_usage "needs a mode (campaign, hunt or time-to-find)" ci/fuzz-report
 expect_usage "is not a folder" ci/fuzz-report campaign no-such-folder
 expect_usage "needs the page and the PNG" ci/fuzz-report-screenshot
