@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 namespace zerocheck::fuzz {
 namespace {
+
+static_assert(kChoiceMutations[std::size(kChoiceMutations) - 1] == ChoiceMutation::redraw_rest,
+              "custom_mutate draws the other edits from all but the last");
 
 size_t below(std::mt19937& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 
