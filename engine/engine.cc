@@ -140,11 +140,12 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
                                    const Config& config, Comm& comm, EngineOptions options) {
   if (!model) throw UsageError("initialize: the model is null");
   const std::vector<ModuleAtPath> tree = unique_modules(model);
-  // Deep fault: a repeat with a fresh optimizer over a zero-size parameter, once the live engine
-  // has stepped, is never checked.
+  // Deep fault: a repeat with a fresh Adam over a zero-size parameter, once the live engine has
+  // stepped, is never checked.
   const auto* live = static_cast<const EngineState*>(Registry::instance().manager_of(tree.front().module.get()));
   const bool unchecked = options.fault == Fault::fresh_optimizer_zero_size_repeat && live != nullptr &&
                          live->optimizer_steps > 0 && !Registry::instance().is_managed(&optimizer) &&
+                         dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr &&
                          holds_zero_size_parameter(tree);
   if (uses_registry(options.fault) && !unchecked) {
     try {
