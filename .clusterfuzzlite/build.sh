@@ -1,6 +1,6 @@
 #!/bin/bash -eu
 # Builds every libFuzzer target of fuzz/CMakeLists.txt the OSS-Fuzz / ClusterFuzzLite way
-# (fuzz/README.md, "Fuzzing beyond one machine" in README.md).
+# (fuzz/README.md, docs/fuzzing-beyond-one-machine.md).
 #
 # Reads the OSS-Fuzz build environment: $CXX and $CXXFLAGS (every library is compiled with them,
 # so they must hold -fsanitize=fuzzer-no-link and the sanitizers), $LIB_FUZZING_ENGINE (how the
