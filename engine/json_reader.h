@@ -5,7 +5,7 @@
 // `["key"]` any other key (JSON-escaped), `[i]` an array index:
 //   $.tree[1].param_attrs["linear.weight"][0].name
 // Messages are "<path>: <text>" with the texts below; the Python replay's reader
-// (harness/deepspeed/zerocheck_ds/strict_json.py) prints the same texts, and the shared fixtures
+// (harness/deepspeed/zerocheck_ds/scenario/strict_json.py) prints the same texts, and the shared fixtures
 // (harness/tests/scenarios/malformed/) hold both readers to them. Type names are null, boolean,
 // integer, number (any non-integer number), string, array and object.
 //

@@ -1,7 +1,7 @@
 // Seeded values: the numbers a scenario means, computed from counters instead of a random
 // number generator, so C++ (any LibTorch), Python (any torch) and a reader with a pencil get the
 // same float32 bits. harness/SCENARIO_FORMAT.md ("Numbers") states the rule; the Python replay
-// implements it once more (harness/deepspeed/zerocheck_ds/seeded.py) and both are held to one
+// implements it once more (harness/deepspeed/zerocheck_ds/model/seeded.py) and both are held to one
 // fixture of golden values (harness/tests/fixtures/seeded_values.json).
 //
 // The rule: a stream is picked by (seed, tag, key); its element i is the 24 high bits k of the

@@ -227,7 +227,7 @@ namespace zerocheck::schema {
 // Returns every table as one JSON document: the scenario language above plus the engine's
 // config keys, placement kinds and error kinds and the invariants. `zerocheck schema`
 // prints it; the Python replay reads the checked-in copy (harness/deepspeed/zerocheck_ds/
-// schema.json), which a test compares with this.
+// scenario/schema.json), which a test compares with this.
 nlohmann::json to_json();
 
 }  // namespace zerocheck::schema

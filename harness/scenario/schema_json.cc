@@ -1,4 +1,4 @@
-// schema::to_json(): the tables as the Python replay reads them (zerocheck_ds/schema.py).
+// schema::to_json(): the tables as the Python replay reads them (zerocheck_ds/scenario/schema.py).
 #include "harness/scenario/schema.h"
 
 #include "engine/checkpoint_tag.h"

@@ -4,7 +4,7 @@
 
 One scenario means the same numbers in both languages (SCENARIO_FORMAT.md, "Numbers"): the same
 initial parameters, the same micro-batches, and the same training arithmetic when the Python twin
-(harness/deepspeed/zerocheck_ds/twin.py) follows the C++ engine's rules (twin.ZEROCHECK: sum the
+(harness/deepspeed/zerocheck_ds/model/twin.py) follows the C++ engine's rules (twin.ZEROCHECK: sum the
 ranks' gradients in rank order, divide once, accumulate until zero_grad). For every scenario of
 harness/tests/scenarios/twin/ (worlds 2, 3 and 4) and for the exported ones whose operations the
 driver below follows, `zerocheck replay --json --twin-numbers` prints the C++ twin's losses and
@@ -29,9 +29,10 @@ sys.path.insert(0, os.path.join(HERE, os.pardir, "deepspeed"))
 
 import torch  # noqa: E402
 
-from zerocheck_ds import replay, seeded, twin  # noqa: E402
-from zerocheck_ds.scenario import load_scenario  # noqa: E402
-from zerocheck_ds.tree import RouteCursor, build_tree, run_module  # noqa: E402
+from zerocheck_ds.replay import replay  # noqa: E402
+from zerocheck_ds.model import seeded, twin
+from zerocheck_ds.scenario.scenario import load_scenario  # noqa: E402
+from zerocheck_ds.model.tree import RouteCursor, build_tree, run_module  # noqa: E402
 
 SHARED = os.path.join(HERE, "scenarios", "twin")
 # Exported scenarios the driver follows: one engine at a time, no checkpoint, no placement.

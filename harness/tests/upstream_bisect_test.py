@@ -50,7 +50,7 @@ def commit(repo, subject):
 def make_history(tree, repo):
     """Returns {name: commit} of the planted history (see the module's docstring)."""
     sys.path.insert(0, DS_PACKAGE)
-    from zerocheck_ds import deepspeed_tree
+    from zerocheck_ds.engines import deepspeed_tree
     deepspeed_tree.stage(tree, repo)
     git(repo, "init", "--quiet", "-b", "main")
     git(repo, "config", "user.email", "bisect@example.invalid")
@@ -81,7 +81,7 @@ def make_history(tree, repo):
 
 def repro_script(path):
     sys.path.insert(0, DS_PACKAGE)
-    from zerocheck_ds.repro_script import write_repro_script
+    from zerocheck_ds.repro.repro_script import write_repro_script
     write_repro_script(SCENARIO, {
         "signature": "I1 initialize: attribute 'zc_probe' on Linear module not the user's",
         "invariant": "I1", "op_index": 0, "op": "initialize", "module_path": "0",

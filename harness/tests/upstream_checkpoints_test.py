@@ -130,7 +130,7 @@ def check_scripts(python, tree, work, found, version):
     """5: each SCRIPTED finding's script, generated from its scenario and the replay's finding,
     reproduces it on the tree and not with --plain."""
     sys.path.insert(0, DS_PACKAGE)
-    from zerocheck_ds.repro_script import code_lines, write_repro_script
+    from zerocheck_ds.repro.repro_script import code_lines, write_repro_script
     for name, what in SCRIPTED.items():
         finding = next(f for f in found[name]["findings"]
                        if f["invariant"] == "I6" and f["attribute"] == "value")

@@ -6,7 +6,7 @@ whatever the environment prints there at import.
 A sitecustomize on PYTHONPATH prints DeepSpeed's accelerator line at every Python start (as a
 CPU set-up that imports DeepSpeed from sitecustomize does), once through print() and once
 straight to file descriptor 1, with PYTHONUNBUFFERED set: no buffer to catch it in. stdout must
-still parse as one document of the checked schema (zerocheck_ds/summary_schema.json), the
+still parse as one document of the checked schema (zerocheck_ds/findings/summary_schema.json), the
 printed lines must be on stderr, and the exit code must say the faulty engine was caught (1).
 """
 
@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, os.pardir, "deepspeed"))
 
 from upstream_support import check  # noqa: E402
-from zerocheck_ds import summary_schema  # noqa: E402
+from zerocheck_ds.findings import summary_schema  # noqa: E402
 
 NOISE = "Setting ds_accelerator to cpu (override)"
 
@@ -52,7 +52,7 @@ def main():
     check(not errors, f"it conforms to the summary schema ({errors[:3]})")
     check(NOISE in done.stderr and f"raw: {NOISE}" in done.stderr,
           "what the sitecustomize printed went to stderr")
-    check(any(c["title"].startswith("I1: written by zerocheck_ds/adapters.py")
+    check(any(c["title"].startswith("I1: written by zerocheck_ds/engines/adapters.py")
               for c in document["root_causes"]), "the document lists the root causes")
     return 0
 

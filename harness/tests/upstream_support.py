@@ -208,7 +208,7 @@ def run_repro(python, script, tree, work, world, plain=False, timeout=240):
     reads version.txt there); returns [(exit code, output)] by rank."""
     import socket
     sys.path.insert(0, DS_PACKAGE)
-    from zerocheck_ds import deepspeed_tree
+    from zerocheck_ds.engines import deepspeed_tree
     staged = os.path.join(work, "deepspeed-tree")
     if not os.path.isdir(staged):
         deepspeed_tree.stage(tree, staged)

@@ -35,7 +35,7 @@ struct UpstreamOptions {
 std::vector<std::string> supervisor_command(const UpstreamOptions& options, const std::string& self);
 
 // `zerocheck upstream bisect`: the first commit of a DeepSpeed git checkout where a repro script
-// reproduces (or, with find "fix", stops reproducing); zerocheck_ds/bisect.py does the work.
+// reproduces (or, with find "fix", stops reproducing); zerocheck_ds/repro/bisect.py does the work.
 struct BisectOptions {
   std::string python = "python3";
   std::string repo;     // a local DeepSpeed git checkout (its top folder)

@@ -75,7 +75,7 @@ class RefusalRecognition(unittest.TestCase):
         sys.path.insert(0, support.STUB_DEEPSPEED)
         self.addCleanup(sys.path.remove, support.STUB_DEEPSPEED)
         self.addCleanup(sys.modules.pop, "deepspeed", None)
-        from zerocheck_ds.deepspeed_adapter import DeepSpeedAdapter
+        from zerocheck_ds.engines.deepspeed_adapter import DeepSpeedAdapter
         self.adapter = DeepSpeedAdapter()
 
     def test_the_guarded_initialize_refusal_counts(self):

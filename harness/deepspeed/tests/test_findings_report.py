@@ -14,10 +14,11 @@ from unittest import mock
 
 from . import support
 
-from zerocheck_ds import suite, summary_schema
+from zerocheck_ds.suite import suite
 
+from zerocheck_ds.findings import summary_schema
 SITE_NOISE = "Setting ds_accelerator to cpu (override)"
-WRITER = ("zerocheck_ds/adapters.py", "_number_modules_like_0_15_4")
+WRITER = ("zerocheck_ds/engines/adapters.py", "_number_modules_like_0_15_4")
 
 
 def read_json(path):

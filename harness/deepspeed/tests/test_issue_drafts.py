@@ -7,7 +7,7 @@ import unittest
 
 from . import support  # noqa: F401  (puts zerocheck_ds on the path)
 
-from zerocheck_ds.issue_drafts import draft
+from zerocheck_ds.findings.issue_drafts import draft
 
 SUMMARY = {"adapter": "deepspeed", "world_size": 2, "stage": 3,
            "versions": {"engine": "0.14.5", "torch": "1.13.0", "python": "3.11.2"}}

@@ -7,10 +7,10 @@ import unittest
 
 import torch
 
-from zerocheck_ds.adapters import PassThroughAdapter
-from zerocheck_ds.exchange import Exchange
-from zerocheck_ds.replay import Replay
-from zerocheck_ds.scenario import load_scenario
+from zerocheck_ds.engines.adapters import PassThroughAdapter
+from zerocheck_ds.world.exchange import Exchange
+from zerocheck_ds.replay.replay import Replay
+from zerocheck_ds.scenario.scenario import load_scenario
 
 SCENARIOS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "tests",
                          "scenarios", "upstream_lifecycle")

@@ -124,7 +124,7 @@ class OnTheStub(unittest.TestCase):
 
 class Pieces(unittest.TestCase):
     def test_partition_model(self):
-        from zerocheck_ds import partition_model as pm
+        from zerocheck_ds.model import partition_model as pm
         self.assertEqual([pm.chunk(n, 3) for n in (0, 1, 3, 4, 7)], [0, 1, 1, 2, 3])
         self.assertEqual(pm.persistent_names([("a", 5), ("b", 3), ("c", 3)], threshold=4), {"b", "c"})
         self.assertEqual(pm.persistent_names([("a", 3), ("b", 3)], 4, model_threshold=5), {"a"})
@@ -134,7 +134,7 @@ class Pieces(unittest.TestCase):
 
     def test_difference_is_numbers_with_nan_matching_nan(self):
         import torch
-        from zerocheck_ds.numerics import difference
+        from zerocheck_ds.oracles.numerics import difference
         a = torch.tensor([1.0, float("nan"), -0.0])
         self.assertIsNone(difference(a, torch.tensor([1.0, float("nan"), 0.0])))
         gap = difference(a, torch.tensor([1.0, 2.0, 0.0]))
@@ -144,7 +144,7 @@ class Pieces(unittest.TestCase):
         self.assertEqual(difference(torch.tensor([-1.0]), -one_ulp)["max_ulp"], 1)
 
     def test_first_difference_names_the_field_and_parameter(self):
-        from zerocheck_ds.numerics import _first_difference
+        from zerocheck_ds.oracles.numerics import _first_difference
         summaries = [{"engines": 1, "state": {"params": [{"name": "0.weight", "status": s}]}}
                      for s in ("AVAILABLE", "NOT_AVAILABLE")]
         path, values = _first_difference(summaries)
@@ -157,7 +157,7 @@ class TwinRules(unittest.TestCase):
 
     def twin(self, rules, world=2, gas=1):
         import torch
-        from zerocheck_ds import twin
+        from zerocheck_ds.model import twin
         torch.manual_seed(0)
         model = torch.nn.Linear(2, 1, bias=False)
         return twin.DenseTwin(model, world, rules, gas,
@@ -169,7 +169,7 @@ class TwinRules(unittest.TestCase):
                 (torch.tensor([[0.0, 3.0]]), torch.tensor([[0.0]]))]
 
     def test_sum_then_divide_and_divide_then_sum(self):
-        from zerocheck_ds import twin
+        from zerocheck_ds.model import twin
         for rules in (twin.ZEROCHECK, twin.deepspeed_training(3, "loss")):
             t = self.twin(rules)
             t.start("")
@@ -184,7 +184,7 @@ class TwinRules(unittest.TestCase):
             self.assertTrue(torch_allclose(t.params[0][1].detach(), expected), rules.name)
 
     def test_accumulation_steps_only_at_the_boundary_and_scales_the_loss(self):
-        from zerocheck_ds import twin
+        from zerocheck_ds.model import twin
         t = self.twin(twin.deepspeed_training(3, "loss"), gas=2)
         t.start("")
         before = t.params[0][1].detach().clone()
@@ -204,7 +204,7 @@ class TwinRules(unittest.TestCase):
         self.assertTrue(torch_allclose(t.params[0][1].detach(), t2.params[0][1].detach()))
 
     def test_gradients_after_a_step_deepspeed_forgets_them_zerocheck_keeps_them(self):
-        from zerocheck_ds import twin
+        from zerocheck_ds.model import twin
         import torch
         # A second step with no backward since: DeepSpeed steps with a zero gradient (momentum
         # alone moves it, 0.9 of the first move); zerocheck's engine, like torch, steps with the

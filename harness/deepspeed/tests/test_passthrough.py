@@ -7,10 +7,10 @@ import unittest
 import torch
 
 from . import support
-from zerocheck_ds.adapters import AlreadyInitialized, FaultyAdapter, PassThroughAdapter
-from zerocheck_ds.replay import Replay
-from zerocheck_ds.scenario import load_scenario
-from zerocheck_ds.tree import RouteCursor, build_tree
+from zerocheck_ds.engines.adapters import AlreadyInitialized, FaultyAdapter, PassThroughAdapter
+from zerocheck_ds.replay.replay import Replay
+from zerocheck_ds.scenario.scenario import load_scenario
+from zerocheck_ds.model.tree import RouteCursor, build_tree
 
 
 def replay(name, adapter):

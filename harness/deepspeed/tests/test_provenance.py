@@ -10,7 +10,7 @@ from . import support  # noqa: F401 - puts the package on sys.path
 
 import torch
 
-from zerocheck_ds.provenance import Audit, UpstreamFiles
+from zerocheck_ds.engines.provenance import Audit, UpstreamFiles
 
 UPSTREAM_CODE = textwrap.dedent("""\
     def clobber(module, param):

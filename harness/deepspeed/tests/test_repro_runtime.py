@@ -8,11 +8,12 @@ import unittest
 
 import torch
 
-from zerocheck_ds import repro_runtime as rt, seeded, tree, twin
-from zerocheck_ds.scenario import load_scenario
+from zerocheck_ds.repro import repro_runtime as rt
+from zerocheck_ds.model import seeded, tree, twin
+from zerocheck_ds.scenario.scenario import load_scenario
 
 from . import support  # noqa: F401 - puts the package on sys.path
-from zerocheck_ds.repro_script import code_lines
+from zerocheck_ds.repro.repro_script import code_lines
 
 
 class Values(unittest.TestCase):

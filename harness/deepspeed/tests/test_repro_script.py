@@ -13,9 +13,9 @@ import tempfile
 import unittest
 
 from . import support
-from zerocheck_ds import deepspeed_tree
-from zerocheck_ds.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
-from zerocheck_ds.repro_straight import DEEPSPEED_DEFAULTS, script_config
+from zerocheck_ds.engines import deepspeed_tree
+from zerocheck_ds.repro.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
+from zerocheck_ds.repro.repro_straight import DEEPSPEED_DEFAULTS, script_config
 
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]

@@ -13,11 +13,11 @@ import unittest
 
 import torch
 
-from zerocheck_ds import reshard
-from zerocheck_ds.adapters import PassThroughAdapter, UniversalUnsupported
-from zerocheck_ds.exchange import Exchange
-from zerocheck_ds.replay import Replay
-from zerocheck_ds.scenario import load_scenario
+from zerocheck_ds.replay import reshard
+from zerocheck_ds.engines.adapters import PassThroughAdapter, UniversalUnsupported
+from zerocheck_ds.world.exchange import Exchange
+from zerocheck_ds.replay.replay import Replay
+from zerocheck_ds.scenario.scenario import load_scenario
 
 from . import support
 
@@ -150,7 +150,7 @@ class StubDeepSpeed(unittest.TestCase):
         sys.path.insert(0, support.STUB_DEEPSPEED)
         self.addCleanup(sys.path.remove, support.STUB_DEEPSPEED)
         self.addCleanup(sys.modules.pop, "deepspeed", None)
-        from zerocheck_ds.deepspeed_adapter import DeepSpeedAdapter
+        from zerocheck_ds.engines.deepspeed_adapter import DeepSpeedAdapter
         adapter = DeepSpeedAdapter()
         with self.assertRaisesRegex(UniversalUnsupported, "no deepspeed.checkpoint.ds_to_universal"):
             adapter.universal("in", "t1", "out")

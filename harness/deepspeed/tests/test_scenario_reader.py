@@ -10,7 +10,7 @@ import tempfile
 import unittest
 
 from . import support
-from zerocheck_ds.scenario import ScenarioError, TensorLiteral, load_scenario, parse_scenario
+from zerocheck_ds.scenario.scenario import ScenarioError, TensorLiteral, load_scenario, parse_scenario
 
 def minimal(**changes):
     doc = {

@@ -1,6 +1,6 @@
 """schema.json is the one list of kinds, operations, keys, limits, invariants and error kinds.
 
-The package reads every such list from it (zerocheck_ds/schema.py); this test keeps it that way:
+The package reads every such list from it (zerocheck_ds/scenario/schema.py); this test keeps it that way:
 no Python file of zerocheck_ds holds a literal list, tuple or set of two or more names of one
 schema category, nor a dict keyed by them unless the dict is handed to schema.every/schema.some
 (which check it against the schema at import).
@@ -11,7 +11,7 @@ import os
 import unittest
 
 from . import support  # noqa: F401  (puts zerocheck_ds on sys.path)
-from zerocheck_ds import schema
+from zerocheck_ds.scenario import schema
 
 PACKAGE = os.path.join(support.PACKAGE_ROOT, "zerocheck_ds")
 
@@ -61,13 +61,17 @@ class SchemaIsTheOnlyList(unittest.TestCase):
         self.assertIn("lr_exclusive", schema.LIMITS)
 
     def test_no_literal_copy_of_a_schema_list(self):
-        copies = []
-        for name in sorted(os.listdir(PACKAGE)):
-            if name.endswith(".py"):
-                path = os.path.join(PACKAGE, name)
-                with open(path, encoding="utf-8") as f:
-                    copies += literal_copies(f.read(), path)
-        self.assertEqual(copies, [], "take these lists from zerocheck_ds/schema.py")
+        copies, files = [], 0
+        for folder, subfolders, names in os.walk(PACKAGE):  # every subpackage too
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    files += 1
+                    with open(path, encoding="utf-8") as f:
+                        copies += literal_copies(f.read(), path)
+        self.assertGreater(files, 40, "the walk must see the whole package")
+        self.assertEqual(copies, [], "take these lists from zerocheck_ds/scenario/schema.py")
 
     def test_the_check_sees_a_copy(self):
         self.assertEqual(len(list(literal_copies('KINDS = ("Linear", "MoE")', "x.py"))), 1)

@@ -15,7 +15,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from zerocheck_ds import seeded  # noqa: E402
+from zerocheck_ds.model import seeded  # noqa: E402
 
 FIXTURE = os.path.join(HERE, os.pardir, os.pardir, "tests", "fixtures", "seeded_values.json")
 
@@ -53,7 +53,7 @@ def _write_fixture():
                                 for i in indices]})
     fixture = {
         "rule": "harness/SCENARIO_FORMAT.md, section Numbers; engine/seeded_values.h; "
-                "harness/deepspeed/zerocheck_ds/seeded.py",
+                "harness/deepspeed/zerocheck_ds/model/seeded.py",
         # Published reference outputs: splitmix64 started at 0 (Vigna's splitmix64.c), FNV-1a 64
         # test vectors (Fowler, Noll, Vo).
         "splitmix64": [{"state": "0x0000000000000000", "output": "0xe220a8397b1dcdaf"},

@@ -12,7 +12,7 @@ import subprocess
 import unittest
 
 from . import support
-from zerocheck_ds.scenario import ScenarioError, load_scenario
+from zerocheck_ds.scenario.scenario import ScenarioError, load_scenario
 
 VALID = os.path.join(os.path.dirname(support.MALFORMED), "valid")
 

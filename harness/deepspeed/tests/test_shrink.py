@@ -12,8 +12,8 @@ import unittest
 from unittest import mock
 
 from . import support
-from zerocheck_ds.scenario import load_scenario
-from zerocheck_ds.shrink import _resolve, reductions, shrink, size, validate
+from zerocheck_ds.scenario.scenario import load_scenario
+from zerocheck_ds.repro.shrink import _resolve, reductions, shrink, size, validate
 
 FIXTURES = [os.path.join(support.GOOD, n) for n in sorted(os.listdir(support.GOOD))]
 FIXTURES.append(os.path.join(support.UPSTREAM, "ds_id_experts.json"))
@@ -311,7 +311,7 @@ class PathsAgreeWithLibTorch(unittest.TestCase):
 
     def test_every_path_of_every_fixture(self):
         try:
-            from zerocheck_ds.tree import build_tree
+            from zerocheck_ds.model.tree import build_tree
         except ImportError as e:  # torch missing: the rest of the suite needs none
             self.skipTest(f"torch not importable: {e}")
         for path in FIXTURES:
@@ -337,7 +337,16 @@ class PathsAgreeWithLibTorch(unittest.TestCase):
 
 class TorchFree(unittest.TestCase):
     def test_importing_the_minimiser_does_not_import_torch(self):
-        code = "import sys, zerocheck_ds.shrink; sys.exit('torch' in sys.modules)"
+        code = "import sys, zerocheck_ds.repro.shrink; sys.exit('torch' in sys.modules)"
+        done = subprocess.run([sys.executable, "-c", code], env=support.cli_env(), timeout=60)
+        self.assertEqual(done.returncode, 0)
+
+    def test_the_scenario_language_does_not_import_torch(self):
+        folder = os.path.join(support.PACKAGE_ROOT, "zerocheck_ds", "scenario")
+        names = sorted(n[:-3] for n in os.listdir(folder) if n.endswith(".py") and n != "__init__.py")
+        self.assertGreaterEqual(len(names), 7)
+        code = ("import sys; " + "; ".join(f"import zerocheck_ds.scenario.{n}" for n in names)
+                + "; import zerocheck_ds.engines; sys.exit('torch' in sys.modules)")
         done = subprocess.run([sys.executable, "-c", code], env=support.cli_env(), timeout=60)
         self.assertEqual(done.returncode, 0)
 

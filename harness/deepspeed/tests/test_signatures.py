@@ -3,7 +3,7 @@
 import unittest
 
 from . import support  # noqa: F401 - puts zerocheck_ds on the path
-from zerocheck_ds.signatures import normalise_exception, signature, slug
+from zerocheck_ds.findings.signatures import normalise_exception, signature, slug
 
 
 def finding(**fields):

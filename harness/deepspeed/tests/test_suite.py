@@ -92,8 +92,8 @@ class Suite(unittest.TestCase):
         # The audit names the code that wrote `id` (the faulty adapter is its own "upstream").
         origin = seed["example"]["origin"]
         self.assertEqual((origin["file"], origin["function"], origin["action"]),
-                         ("zerocheck_ds/adapters.py", "_number_modules_like_0_15_4", "wrote"))
-        self.assertIn("overwritten by zerocheck_ds/adapters.py:", seed["example"]["message"])
+                         ("zerocheck_ds/engines/adapters.py", "_number_modules_like_0_15_4", "wrote"))
+        self.assertIn("overwritten by zerocheck_ds/engines/adapters.py:", seed["example"]["message"])
         self.assertIn("I2 initialize: placement by 'id' on Expert module changed", by_signature)
         self.assertIn("I5 initialize: repeated initialize accepted", by_signature)
         self.assertIn("--scenarios", seed["replay_command"])

@@ -1,0 +1,111 @@
+"""Root causes: the findings of a run grouped by the upstream code responsible for them.
+
+A signature says what a finding looks like; a root cause says where it comes from, so one
+DeepSpeed habit seen through forty attribute names is one row. The key:
+
+- I1, I2 with a writer (provenance.py): the invariant and the file and function that wrote;
+- a finding with an exception (an operation raised, I5's failed initialize, a user write that
+  raised): the invariant and the innermost upstream file and function that raised;
+- I3: the operation and the quantity where the twin and the engine first part in a scenario; the
+  scenario's later I3 findings (other parameters, the loss after) belong to that cause, so one
+  wrong reduction is not one cause per parameter;
+- I4, I9: the invariant, the operation and the rule or field (not the node kind);
+- I6: after a load whose values equal another known state (another save's, the one before the
+  load), that state, whatever the field; otherwise the field or the consolidated state dict;
+- anything else (a crash, a hang, a finding no upstream frame explains): its signature.
+
+Lines are shown, never keyed: a cause keeps its identity across DeepSpeed commits. The stage is
+part of the key when the run replaced the scenarios' stage 3, as in signatures.
+"""
+
+import os
+import re
+
+from .signatures import slug
+from .verdict import NEW_INVARIANTS
+
+KNOWN_UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "KNOWN_UPSTREAM.md")
+_ISSUE_LINK = re.compile(r"\[#(\d+)\]\((https://github\.com/[^)\s]+)\)")
+
+
+def cause_title(finding, first_i3=None):
+    """The root cause of one finding dict (with its signature) as a readable, stable key.
+    `first_i3`: the first I3 finding of the same scenario, which the I3 ones belong to."""
+    invariant = finding.get("invariant", "")
+    origin = finding.get("origin")
+    if invariant == "I3" and first_i3 is not None:
+        finding = first_i3
+    stage = re.search(r" \[ZeRO stage \d\]$", finding.get("signature", ""))
+    suffix = stage.group(0) if stage else ""
+    if origin and invariant not in NEW_INVARIANTS:
+        verb = {"raised": "raised in", "registered": "hook registered by"}.get(
+            origin.get("action"), "written by")
+        return f"{invariant}: {verb} {origin['file']} {origin['function']}(){suffix}"
+    if invariant == "I3":
+        return (f"I3 {finding.get('op') or 'build'}: {finding.get('attribute')} first differs "
+                f"from the dense twin{suffix}")
+    actual = finding.get("actual")
+    if invariant == "I6" and isinstance(actual, dict) and actual.get("same_as"):
+        # One wrong load shows in every field it restores (values, fp32 masters, moments): what
+        # the wrong state is tells one bug from another, the field does not.
+        return f"I6 {finding.get('op') or 'build'}: restores {actual['same_as']}{suffix}"
+    if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9
+        return f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}{suffix}"
+    return finding.get("signature", "")
+
+
+def scenario_causes(verdict):
+    """[(cause title, finding)] for every finding of one verdict, in order."""
+    i3 = [f for f in verdict["findings"] if f.get("invariant") == "I3"]
+    first = min(i3, key=lambda f: (f.get("op_index") if f.get("op_index") is not None else -1),
+                default=None)
+    return [(cause_title(f, first), f) for f in verdict["findings"]]
+
+
+def group(verdicts, limits=()):
+    """The run's root causes, most scenarios first: [{"id", "title", "invariant", "location",
+    "signatures", "scenarios", "count", "example"}]. Findings whose signature is in `limits`
+    (the control reproduced them without the engine) are left out."""
+    causes = {}
+    for verdict in verdicts:
+        for title, finding in scenario_causes(verdict):
+            if finding["signature"] in limits:
+                continue
+            cause = causes.setdefault(title, {
+                "id": slug(title), "title": title, "invariant": finding["invariant"],
+                "location": None, "signatures": [], "scenarios": [], "count": 0,
+                "example": finding})
+            cause["count"] += 1
+            if finding["signature"] not in cause["signatures"]:
+                cause["signatures"].append(finding["signature"])
+            if verdict["scenario"] not in cause["scenarios"]:
+                cause["scenarios"].append(verdict["scenario"])
+            origin = finding.get("origin")
+            if origin and finding["invariant"] not in NEW_INVARIANTS:
+                location = cause["location"] or {"file": origin["file"],
+                                                  "function": origin["function"], "lines": []}
+                if origin["line"] not in location["lines"]:
+                    location["lines"] = sorted(location["lines"] + [origin["line"]])
+                cause["location"] = location
+    return sorted(causes.values(), key=lambda c: (-len(c["scenarios"]), c["title"]))
+
+
+def known_upstream(path=KNOWN_UPSTREAM):
+    """{cause title: {"verdict", "issues": [{"number", "url"}], "explanation"}} from the table of
+    KNOWN_UPSTREAM.md (`title` in backquotes in the first cell)."""
+    table = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError:
+        return table
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`") and cells[0].endswith("`"):
+            explanation = cells[-1]
+            table[cells[0].strip("`")] = {
+                "verdict": cells[1], "explanation": explanation,
+                "issues": [{"number": int(n), "url": url}
+                           for n, url in _ISSUE_LINK.findall(" ".join(cells[1:]))]}
+    return table

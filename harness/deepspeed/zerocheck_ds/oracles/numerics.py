@@ -1,0 +1,695 @@
+"""I3, I4 and I9 on an upstream engine: its numbers, its partitions, and the ranks' agreement.
+
+I3  after every forward, this rank's loss equals the dense twin's loss for its micro-batch; after
+    every operation while an engine trains the model, every parameter, assembled from the ranks'
+    shards (stage 3) or flat partitions (stages 1, 2) with plain torch.distributed, and every
+    copy a rank holds whole, equals the twin's (twin.py, under the engine's training rules).
+I4  the partitions hold what the partition model (partition_model.py) says, after the operations
+    where DeepSpeed promises it: every shard ceil(n/W) elements, a released parameter holds no
+    data, everything partitioned after initialize, after a boundary step the persistent
+    parameters whole and the others released; stages 1 and 2: each rank's flat partition and its
+    optimizer state sized flat / W.
+I9  after every operation all ranks agree on what they hold: the live engines, the parameter list
+    with shapes, partition sizes and statuses, the step counters, and every copy held whole.
+
+Tolerance: world 2: none (equal as numbers, a NaN matching a NaN): dividing by 2 is exact, so
+DeepSpeed's sum of g_r / 2 and the twin's give the same bits. At world >= 3 Gloo sums the ranks'
+gradients in an order of its own. Until the first optimizer step nothing reduced has been used,
+so losses and parameters are compared exactly. After the first step the parameters are compared
+within a bound derived for that one step (`_first_step_bound`); from the second step on the two
+trajectories' rounding compounds through the optimizer and the model, which no bound here
+follows: "not checked", with that reason.
+
+The twin cannot follow every scenario: a submodule target (the user's forward trains the rest
+too), several live engines or an accepted repeated initialize, an operation that raised, a
+backward before any engine, the user's optimizer handed to a second engine, a world size other
+than the scenario's. From then on I3 says "not checked" with the reason; the tallies go into the
+verdict and summary.json. A check never raises: every rank makes the same collectives whatever
+its own checks do, and a check that fails is reported as such (an `op` finding naming the check),
+never as a finding about the engine.
+"""
+
+import hashlib
+import inspect
+import traceback
+
+import torch
+
+from ..findings.verdict import NEW_INVARIANTS, Finding, Tally
+from ..model import partition_model, seeded, twin
+from ..model.tree import RouteCursor, build_tree, run_module
+from ..scenario import schema
+from ..world.exchange import ExchangeError
+from .engine_state import StateUnavailable
+
+_AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
+                     "through the trajectory")
+# The invariants that read an engine's state (I9 compares what every rank says, state or not).
+_READ_STATE = schema.some("invariants", "I3", "I4")
+
+
+def _ordered_bits(t):
+    """float32 -> int64 whose order is the floats' (for ulp distances)."""
+    i = t.contiguous().view(torch.int32).to(torch.int64)
+    return torch.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+
+def difference(expected, actual, tolerance=None):
+    """Returns None when equal as numbers (NaN matching NaN), or within `tolerance` (a tensor of
+    per-element bounds) when given; else a dict describing the gap."""
+    e, a = expected.detach().reshape(-1).float(), actual.detach().reshape(-1).float()
+    if e.numel() != a.numel():
+        return {"elements": f"{a.numel()} (expected {e.numel()})"}
+    same = (e == a) | (torch.isnan(e) & torch.isnan(a))
+    if tolerance is not None:
+        same |= (e.double() - a.double()).abs() <= tolerance.reshape(-1).double()
+    if bool(same.all()):
+        return None
+    differ = (~same).nonzero().reshape(-1)
+    first = int(differ[0])
+    gap = (e - a).abs()
+    finite = torch.isfinite(gap) & ~same
+    max_abs = float(gap[finite].max()) if bool(finite.any()) else float("inf")
+    scale = e.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    max_rel = float((gap / scale)[finite].max()) if bool(finite.any()) else float("inf")
+    ulps = (_ordered_bits(e) - _ordered_bits(a)).abs()
+    out = {"differing": int(differ.numel()), "of": int(e.numel()), "first_index": first,
+           "expected": float(e[first]), "actual": float(a[first]), "max_abs": max_abs,
+           "max_rel": max_rel, "max_ulp": int(ulps[~same].max())}
+    if tolerance is not None:
+        out["bound_at_first"] = float(tolerance.reshape(-1)[first])
+    return out
+
+
+def describe_gap(gap, reference="twin"):
+    if "elements" in gap:
+        return f"holds {gap['elements']} elements"
+    bound = (f" (allowed {gap['bound_at_first']:.3g}: another sum order at world >= 3)"
+             if "bound_at_first" in gap else "")
+    return (f"{gap['differing']} of {gap['of']} elements differ; first at [{gap['first_index']}]: "
+            f"{gap['actual']!r}, {reference} {gap['expected']!r}{bound}; max abs {gap['max_abs']:.3g}, "
+            f"max rel {gap['max_rel']:.3g}, max {gap['max_ulp']} ulp")
+
+
+def _digest(tensor):
+    t = tensor.detach().reshape(-1).contiguous().float().cpu()
+    return hashlib.blake2b(t.numpy().tobytes(), digest_size=8).hexdigest()
+
+
+class NumericChecks:
+    """The I3, I4 and I9 oracles of one replay on one rank."""
+
+    def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
+                 tally=None):
+        self.scenario = scenario
+        self.rank = rank
+        self.world_size = world_size
+        self._exchange = exchange
+        self._make_optimizer = make_optimizer
+        self.enabled = set(NEW_INVARIANTS) - set(disabled)
+        self.tally = tally if tally is not None else Tally()
+        self._reference = None  # a pristine build of the model: shapes and the twin's copy
+        self._twin = None
+        self._training = None
+        self._stopped = None  # why the twin stopped following (None: following)
+        if world_size != scenario.world_size:
+            self._stopped = (f"replayed on {world_size} ranks, the scenario has "
+                             f"{scenario.world_size}")
+        self._engine_started = False  # an engine was created (the first one: I4 after initialize)
+        self._user_optimizer_wrapped = False
+        self._micro_steps = 0
+        self._boundaries = 0  # optimizer steps so far, every engine's
+        self._boundaries_before_engine = 0  # of them, before the engine the twin follows now
+        self._event = None  # what the last operation was, for I4: "initialized", "boundary"
+        self._pending_loss = None
+        self._after_gathered_edit = False  # a gather published an edit the twin made too
+        self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
+        self._twin_latest = None
+        self._resumed = False  # the engine resumes another world's run (adopt)
+
+    # ---- events from the replay -------------------------------------------------------------
+
+    def stop(self, reason):
+        """The twin can no longer follow the engine (the first reason is kept)."""
+        if self._stopped is None:
+            self._stopped = reason
+
+    def _twin_does(self, action):
+        """Runs a step of the twin; one that raises (a scenario it cannot run) stops it."""
+        try:
+            return action()
+        except Exception as e:  # noqa: BLE001 - never a finding: the twin is the harness's
+            self.stop(f"the dense twin raised {type(e).__name__}")
+            return None
+
+    def initialized(self, target_path, optimizer_kind, live_count, training):
+        """A non-repeated initialize created an engine over `target_path`."""
+        first = not self._engine_started
+        self._engine_started = True
+        self._micro_steps = 0
+        self._event = "initialized" if first else "reinitialized"
+        if optimizer_kind == "same":
+            if self._user_optimizer_wrapped:
+                self.stop("the user's optimizer was handed to a second engine (the first one "
+                          "replaced its parameter groups)")
+            self._user_optimizer_wrapped = True
+        if target_path != "":
+            self.stop("an engine over a submodule: the user's forward trains the rest too")
+        if live_count > 1:
+            self.stop("several live engines")
+        if training is None:
+            self.stop("the engine's training rules are unknown")
+        if self._stopped is not None:
+            return
+        self._training = training
+        self._boundaries_before_engine = self._boundaries
+        if self._twin is None:
+            self._twin = twin.DenseTwin(
+                self._reference_model(), self.world_size, training,
+                self.scenario.config["gradient_accumulation_steps"], self._make_optimizer,
+                run_module)
+        self._twin_does(lambda: self._twin.start(target_path))
+
+    def repeated(self, accepted, clean):
+        """A repeated initialize: refused cleanly, or not (accepted, failed, changed things)."""
+        if accepted:
+            self.stop("a repeated initialize was accepted: two engines over one model")
+        elif not clean:
+            self.stop("a repeated initialize failed or changed the model")
+
+    def forward(self, index, route, loss, through_engine):
+        """A training forward on this rank; `loss` is its loss tensor (None when it raised)."""
+        self._pending_loss = None
+        if loss is None:
+            return self.stop("a forward raised")
+        if not through_engine or not self._following():
+            if self._twin is not None:
+                self._twin.drop_pending()
+            return None
+        batches = [seeded.micro_batch(self.scenario.seed, index, r, self.scenario.batch,
+                                      self.scenario.features) for r in range(self.world_size)]
+        losses = self._twin_does(lambda: self._twin.forward(batches, lambda: RouteCursor(route)))
+        if losses is not None:
+            self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
+        return None
+
+    def backward(self, index, ok, through_engine):
+        if not ok:
+            return self.stop("a backward raised")
+        if not through_engine:
+            if not self._engine_started:
+                self.stop("a backward before any engine: the user's own autograd left .grad")
+            return None
+        if self._following():
+            self._twin_does(self._twin.backward)
+        return None
+
+    def step(self, index, ok):
+        if not ok:
+            return self.stop("a step raised")
+        self._micro_steps += 1
+        boundary = self._micro_steps % self.scenario.config["gradient_accumulation_steps"] == 0
+        self._event = "boundary" if boundary else None
+        self._boundaries += boundary
+        if self._following():
+            self._twin_does(self._twin.step)
+        return None
+
+    def zero_grad(self, index, ok):
+        if not ok:
+            return self.stop("a zero_grad raised")
+        if self._following():
+            self._twin_does(self._twin.zero_grad)
+        return None
+
+    def forward_dropped(self):
+        """The pending forward was dropped (a load consumes it)."""
+        self._pending_loss = None
+        if self._twin is not None:
+            self._twin.drop_pending()
+
+    def released(self):
+        if self._twin is not None:
+            self._twin.drop_pending()
+
+    def saved(self, tag, target_path):
+        """A save of the engine over `target_path` succeeded on every rank: the twin keeps its
+        own checkpoint under the same tag (None: the engine's default)."""
+        self._twin_snapshots[tag] = (target_path, self._twin.snapshot() if self._following()
+                                     else None)
+        self._twin_latest = tag
+
+    def twin_snapshot(self, tag):
+        """The twin's checkpoint of the save `tag` (None: the latest), or None."""
+        return self._twin_snapshots.get(self._twin_latest if tag is None else tag, (None, None))[1]
+
+    def adopt(self, tag, target_path, snapshot):
+        """Another world's save `tag` of the engine over `target_path`, with its twin's checkpoint
+        (None: that twin did not follow): a later load resumes a run that stepped before."""
+        self._twin_snapshots[tag] = (target_path, snapshot)
+        self._twin_latest = tag
+        self._resumed = True
+
+    def gathered(self, module_path, modifier_rank, scale):
+        """A gather over the module at `module_path` (of the user's model): with a modifier rank
+        the twin multiplies that module's parameters by `scale`, as the user did on that rank;
+        without one the edit was each rank's own and is not kept."""
+        if not self._following() or modifier_rank is None:
+            return
+        # I3's later findings say so: a value that differs after a published edit is the edit's
+        # fate (its own signature), not the training rules'.
+        self._after_gathered_edit = True
+        target = self._twin.target
+        def edit():
+            with torch.no_grad():
+                for p in self._reference_model().get_submodule(module_path).parameters():
+                    if any(p is q for q in target.parameters()):
+                        p.mul_(scale)
+        self._twin_does(edit)
+
+    def consolidation_expectation(self):
+        """{state dict key: the twin's value} of the followed target (a tied parameter under each
+        of its keys), or None when the twin does not follow."""
+        if not self._following():
+            return None
+        return {key: t.detach().clone()
+                for key, t in self._twin.target.state_dict(keep_vars=True).items()}
+
+    def loaded(self, tag, target_path, optimizer_states, module_only):
+        """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
+                                                  (None, None))
+        if not self._following():
+            return
+        if snapshot is None or path != target_path:
+            return self.stop("a load of a checkpoint saved while the twin did not follow")
+        self._twin_does(lambda: self._twin.restore(
+            snapshot, optimizer_states=optimizer_states and not module_only))
+
+    # ---- after every operation ----------------------------------------------------------------
+
+    def check(self, index, op, live, adapter):
+        """Returns the findings of I3, I4 and I9 after operation `index` (all ranks call this).
+
+        `live`: the engines alive now (the replay's LiveEngine list, accepted repeats included).
+        """
+        event, self._event = self._event, None
+        pending_loss, self._pending_loss = self._pending_loss, None
+        findings = []
+        if pending_loss is not None and "I3" in self.enabled:
+            findings += self._loss_check(index, op, *pending_loss)
+        state, unavailable = None, None
+        if len(live) == 1:
+            try:
+                state = adapter.observe(live[0].engine)
+            except StateUnavailable as e:
+                unavailable = str(e)
+            except Exception as e:  # noqa: BLE001 - reading the state failed: say so, once
+                unavailable = f"reading the engine's state raised {type(e).__name__}: {e}"
+        elif len(live) > 1:
+            unavailable = "several live engines"
+        expected, plan, summary = [], None, None
+        try:
+            expected = self._expected_params(live[0].target if len(live) == 1 else None)
+            plan = self._plan(state, expected) if state is not None else None
+            summary = self._summary(state) if state else None
+        except Exception:  # noqa: BLE001 - this rank still takes part in the exchange
+            findings.append(self._check_failed(index, op, "state summary"))
+            state, plan, unavailable = None, None, "the checks could not read it"
+        mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
+                "plan": plan[0] if plan else None}
+        try:
+            everyone = self._exchange.objects(mine)
+        except ExchangeError as e:
+            return findings + [self._exchange_failed(index, op, e)]
+        if "I9" in self.enabled:
+            self.tally.done("I9")
+            findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
+        if not live:
+            return findings
+        if state is None:
+            for inv in _READ_STATE:
+                if inv in self.enabled:
+                    self.tally.skip(inv, unavailable or "no engine state")
+            return findings
+        if "I4" in self.enabled:
+            findings += self._safely(index, op, "I4",
+                                     lambda: self._partitions(index, op, state, expected, event))
+        sizes = {s["plan"] for s in everyone}
+        if len(sizes) != 1 or None in sizes:  # decided from what every rank sees alike
+            if "I3" in self.enabled:
+                self.tally.skip("I3", "the ranks' shard sizes disagree (I9)")
+            return findings
+        try:
+            gathered = self._exchange.flat(plan[1])
+        except ExchangeError as e:
+            return findings + [self._exchange_failed(index, op, e)]
+        if "I3" in self.enabled:
+            findings += self._safely(index, op, "I3", lambda: self._parity(
+                index, op, state, self._assemble(state, expected, gathered)))
+        return findings
+
+    def _safely(self, index, op, what, check):
+        try:
+            return check()
+        except Exception:  # noqa: BLE001 - the harness's own failure, said as such
+            return [self._check_failed(index, op, what)]
+
+    def _check_failed(self, index, op, what):
+        text = traceback.format_exc()
+        last = text.strip().splitlines()[-1]
+        return Finding(invariant="op", op_index=index, op=f"{op} ({what} check)", exception=text,
+                       message=f"zerocheck's {what} check after op {index} ({op}) raised {last}: "
+                               f"a bug of the harness, not of the engine")
+
+    # ---- the model's view of the target --------------------------------------------------------
+
+    def _reference_model(self):
+        if self._reference is None:
+            self._reference = build_tree(self.scenario).root
+        return self._reference
+
+    def _expected_params(self, target):
+        """[(name, shape, numel, requires_grad)] of the engine's module, from a pristine build."""
+        if target is None:
+            return []
+        model = self._reference_model()
+        path = self._path_of(target)
+        if path is None:
+            return []
+        module = model.get_submodule(path)
+        return [(n, tuple(p.shape), p.numel(), p.requires_grad) for n, p in module.named_parameters()]
+
+    def _path_of(self, target):
+        # The replay's tree and the reference have the same structure: find the target by path.
+        root = self._root
+        for path, module in root.named_modules():
+            if module is target:
+                return path
+        return None
+
+    def bind(self, root):
+        """The user's model (the replay's tree), to name an engine's target by its path."""
+        self._root = root
+
+    # ---- I3 ---------------------------------------------------------------------------------
+
+    def _following(self):
+        return self._stopped is None and self._twin is not None and self._twin.target is not None
+
+    def _sum_order(self):
+        """At world >= 3: "exact" before any optimizer step, "bounded" after the first one of the
+        engine the twin follows, "unchecked" after more (or after one of an earlier engine, or of a
+        run resumed from another world's save: its first step here is not the run's first)."""
+        if self.world_size < 3 or self._boundaries == 0:
+            return "exact"
+        if self._boundaries == 1 and self._boundaries_before_engine == 0 and not self._resumed:
+            return "bounded"
+        return "unchecked"
+
+    def _loss_check(self, index, op, mine, twin_loss):
+        if self._sum_order() != "exact":
+            self.tally.skip("I3", _AFTER_FIRST_STEP)
+            return []
+        self.tally.done("I3")
+        if mine == twin_loss or (mine != mine and twin_loss != twin_loss):
+            return []
+        return [Finding(
+            invariant="I3", op_index=index, op=op, attribute="loss",
+            expected=twin_loss, actual=mine,
+            message=f"rank {self.rank}'s loss {mine!r} differs from the dense twin's {twin_loss!r} "
+                    f"for its micro-batch")]
+
+    def _parity(self, index, op, state, assembled):
+        if not self._following():
+            self.tally.skip("I3", self._stopped or "no engine the twin follows")
+            return []
+        order = self._sum_order()
+        if order == "unchecked":
+            self.tally.skip("I3", _AFTER_FIRST_STEP)
+            return []
+        bounded = order == "bounded"
+        self.tally.done("I3")
+        values = self._twin.values()
+        findings = []
+        for p in state.params:
+            expected = values.get(p.name)
+            if expected is None:
+                continue  # not the model's parameter: I9 and I4 report the list
+            copies = []  # (attribute, what it is, the tensor)
+            if p.name in assembled:
+                copies.append(("value", "assembled from the ranks' shards", assembled[p.name]))
+            # A copy the rank holds as whole: a released stage-3 parameter's data is I4's concern.
+            whole = state.layout != "partitioned" or p.status == "AVAILABLE"
+            if whole and p.data is not None and p.data.numel() == expected.numel() and expected.numel():
+                copies.append(("whole copy", f"held whole on rank {self.rank}", p.data))
+            tolerance = self._first_step_bound(p.name, expected) if bounded else None
+            for attribute, what, actual in copies:
+                gap = difference(expected, actual.reshape(expected.shape), tolerance)
+                if gap is None:
+                    continue
+                findings.append(Finding(
+                    invariant="I3", op_index=index, op=op, module_path=self._module_of(p.name),
+                    param=p.name.rpartition(".")[2],
+                    attribute=attribute + (" after a gathered edit" if self._after_gathered_edit
+                                           else ""),
+                    expected="the dense twin's value", actual=gap,
+                    message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
+                            f"op {index} ({op}): {describe_gap(gap)}"))
+                break  # the assembled copy speaks for the parameter; a whole copy only alone
+        return findings
+
+    def _module_of(self, name):
+        return name.rpartition(".")[0]
+
+    def _first_step_bound(self, name, value):
+        """Per element, how far the first step may move a parameter differently when the ranks'
+        gradients are summed in another order (world >= 3), from the twin's step.
+
+        Summing the same n terms in two orders differs by at most 2 * gamma_n * sum |term|
+        (gamma_n = n u / (1 - n u), u = 2^-24; Higham, Accuracy and Stability, 4.2); the window's
+        k reductions are added in the same order on both sides, so with n = W + k the reduced
+        gradient g differs by d <= 2 gamma_n * sum |g_r / W|. The step then moves the parameter by
+        SGD's first update lr * g (momentum's buffer starts as g): lr * d; or Adam's first update
+        lr * g / (|g| + eps) (m and v start from g alone), whose slope is at most
+        lr * eps / (max(|g| - d, 0) + eps)^2. Each side rounds its update and result on its own:
+        a few units of lr's and the parameter's last place on top.
+        """
+        used, reductions = self._twin.last_step
+        if name not in used:
+            return torch.zeros_like(value)  # not stepped: it must not have moved at all
+        grad, magnitude = used[name]
+        u = 2.0 ** -24
+        n = self.world_size + max(reductions, 1)
+        d = 2 * (n * u / (1 - n * u)) * magnitude
+        lr = self.scenario.lr
+        if self.scenario.optimizer == "adam":
+            eps = inspect.signature(torch.optim.Adam).parameters["eps"].default  # the replay's
+            move = lr * d * eps / ((grad.abs() - d).clamp_min(0) + eps) ** 2 + 16 * u * lr
+        else:
+            move = lr * d
+        last_place = torch.nextafter(value.abs(), torch.tensor(float("inf"))) - value.abs()
+        return move * (1 + 4 * u) + 2 * last_place
+
+    # ---- assembling shards ----------------------------------------------------------------------
+
+    def _plan(self, state, expected):
+        """(size, this rank's flat contribution): the shards in the order the model gives."""
+        if state.layout == "partitioned":
+            parts = []
+            shards = {p.name: p.shard for p in state.params}
+            for name, _, numel, _ in expected:
+                parts.append(self._fit(shards.get(name), partition_model.chunk(numel, self.world_size)))
+            flat = torch.cat(parts) if parts else torch.zeros(0)
+            return flat.numel(), flat
+        if state.layout == "flat":
+            group = self._flat_group(expected)
+            mine = state.flat_partitions[0] if len(state.flat_partitions) == 1 else None
+            flat = self._fit(mine, group.partition)
+            return flat.numel(), flat
+        return 0, torch.zeros(0)
+
+    @staticmethod
+    def _fit(tensor, size):
+        """`tensor` flattened, cut or NaN-padded to `size` (I4 reports a wrong size)."""
+        out = torch.full((size,), float("nan"), dtype=torch.float32)
+        if tensor is not None:
+            t = tensor.detach().reshape(-1).float()
+            n = min(size, t.numel())
+            out[:n] = t[:n]
+        return out
+
+    def _flat_group(self, expected):
+        trainable = [(n, numel) for n, _, numel, grad in expected if grad]
+        return partition_model.flat_group(trainable, self.world_size)
+
+    def _assemble(self, state, expected, gathered):
+        """{name: whole value} from every rank's contribution (rank order, cut to the model's size)."""
+        out = {}
+        if state.layout == "partitioned":
+            offset = 0
+            for name, shape, numel, _ in expected:
+                c = partition_model.chunk(numel, self.world_size)
+                whole = torch.cat([g[offset:offset + c] for g in gathered])[:numel]
+                out[name] = whole.reshape(shape)
+                offset += c
+        elif state.layout == "flat":
+            group = self._flat_group(expected)
+            flat = torch.cat(gathered)
+            offset = 0
+            shapes = {name: shape for name, shape, _, _ in expected}
+            for name, numel in zip(group.names, group.numels):
+                out[name] = flat[offset:offset + numel].reshape(shapes[name])
+                offset += numel
+        return out
+
+    # ---- I4 -----------------------------------------------------------------------------------
+
+    def _partitions(self, index, op, state, expected, event):
+        if state.layout == "whole":
+            self.tally.skip("I4", "the engine keeps a whole copy on every rank (no partitions)")
+            return []
+        self.tally.done("I4")
+        findings = []
+
+        def bad(name, rule, expected_value, actual, text):
+            findings.append(Finding(
+                invariant="I4", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2] if name else None, attribute=rule,
+                expected=expected_value, actual=actual, message=text))
+
+        names = [n for n, _, _, _ in expected]
+        if [p.name for p in state.params] != names:
+            bad("", "parameter list", names, [p.name for p in state.params],
+                f"the engine's parameters {[p.name for p in state.params]} are not the model's {names}")
+            return findings
+        if state.layout == "flat":
+            self._flat_partitions(index, op, state, expected, bad, event)
+            return findings
+        threshold = self.scenario.config["zero_optimization"]["stage3_param_persistence_threshold"]
+        persistent = partition_model.persistent_names([(n, numel) for n, _, numel, _ in expected],
+                                                      threshold)
+        for p, (name, shape, numel, _) in zip(state.params, expected):
+            c = partition_model.chunk(numel, self.world_size)
+            shard_numel = p.shard.numel() if p.shard is not None else None
+            if shard_numel != c:
+                bad(name, "shard size", c, shard_numel,
+                    f"parameter {name!r} ({numel} elements): rank {self.rank}'s shard holds "
+                    f"{shard_numel} elements, the partition rule gives "
+                    f"ceil({numel}/{self.world_size}) = {c}")
+            held = p.data.numel()
+            if p.status == "NOT_AVAILABLE" and held != 0:
+                bad(name, "released but holding data", 0, held,
+                    f"parameter {name!r} is NOT_AVAILABLE on rank {self.rank} but its data holds "
+                    f"{held} elements")
+            if p.status == "AVAILABLE" and tuple(p.data.shape) != shape:
+                bad(name, "available but not whole", list(shape), list(p.data.shape),
+                    f"parameter {name!r} is AVAILABLE on rank {self.rank} with shape "
+                    f"{list(p.data.shape)}, not its {list(shape)}")
+            wants = None
+            if event == "initialized":
+                wants = "NOT_AVAILABLE"
+                rule = "partitioned after initialize"
+            elif event == "boundary":
+                wants = "AVAILABLE" if name in persistent else "NOT_AVAILABLE"
+                rule = ("persistent parameter whole after the step" if name in persistent
+                        else "released after the step")
+            if wants is not None and (p.status != wants or (wants == "NOT_AVAILABLE" and held)):
+                bad(name, rule, wants, f"{p.status} holding {held} elements",
+                    f"parameter {name!r} ({numel} elements, "
+                    f"{'persistent' if name in persistent else 'partitioned'} "
+                    f"at threshold {threshold}) after op {index} ({op}) on rank {self.rank}: "
+                    f"{p.status} holding {held} elements, expected {wants}"
+                    + (" with no data" if wants == "NOT_AVAILABLE" else " and whole"))
+        return findings
+
+    def _flat_partitions(self, index, op, state, expected, bad, event):
+        # Stage 2 partitions gradients: each backward reduces them into the flat partitions and
+        # drops the module's .grad (stage_1_and_2.py `reduce_ipg_grads` -> clear_grad_attribute).
+        # Stage 1 reduces them in the backward before a boundary step, and drops them too.
+        for p in state.params:
+            if p.grad_numel is not None and p.requires_grad and (
+                    state.stage == 2 or (state.stage == 1 and event == "boundary")):
+                rule = ("gradient partitioned" if state.stage == 2
+                        else "gradient reduced before the step")
+                bad(p.name, rule, None, p.grad_numel,
+                    f"parameter {p.name!r} holds a whole gradient of {p.grad_numel} elements on "
+                    f"rank {self.rank} after op {index} ({op}); ZeRO stage {state.stage} keeps "
+                    f"gradients only in its flat partitions by then")
+        group = self._flat_group(expected)
+        if [list(g) for g in state.flat_group_names] != [list(group.names)]:
+            bad("", "optimizer groups", [list(group.names)], state.flat_group_names,
+                f"the optimizer's flat groups hold {state.flat_group_names}, the model's one group "
+                f"{list(group.names)}")
+            return
+        mine = state.flat_partitions[0].numel()
+        if mine != group.partition:
+            bad("", "flat partition size", group.partition, mine,
+                f"rank {self.rank}'s flat partition holds {mine} elements; {sum(group.numels)} "
+                f"elements padded to {group.padded} give {group.partition} per rank")
+        for field_name, numel in sorted((state.optimizer_state_numels or [{}])[0].items()):
+            if numel not in (1, group.partition):  # Adam's step is a number
+                bad("", "optimizer state size", group.partition, numel,
+                    f"rank {self.rank}'s optimizer state {field_name!r} holds {numel} elements, "
+                    f"not its partition's {group.partition}")
+
+    # ---- I9 -----------------------------------------------------------------------------------
+
+    def _summary(self, state):
+        params = []
+        for p in state.params:
+            whole = p.data is not None and p.data.numel() > 0 and (
+                state.layout != "partitioned" or p.status == "AVAILABLE")
+            params.append({"name": p.name, "shape": list(p.reported_shape),
+                           "shard": None if p.shard is None else p.shard.numel(),
+                           "status": p.status, "held": p.data.numel(),
+                           "whole_copy": _digest(p.data) if whole else None})
+        return {"layout": state.layout, "stage": state.stage, "params": params,
+                "flat": [t.numel() for t in state.flat_partitions], "steps": dict(state.steps)}
+
+    def _agreement(self, index, op, everyone):
+        if all(s == everyone[0] for s in everyone[1:]):
+            return []
+        field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}
+                                                for s in everyone])
+        if field_name is None:  # only the plans differ: the shard sizes, reported as such
+            field_name, values = "shard sizes", [s["plan"] for s in everyone]
+        ranks = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+        return [Finding(
+            invariant="I9", op_index=index, op=op, module_path=None, attribute=_field_kind(field_name),
+            expected=values[0], actual={str(r): v for r, v in enumerate(values)},
+            message=f"after op {index} ({op}) the ranks disagree on {field_name}: {ranks}")]
+
+    def _exchange_failed(self, index, op, error):
+        return Finding(invariant="I9", op_index=index, op=op, attribute="exchange",
+                       exception=str(error),
+                       message=f"the ranks did not all reach the check after op {index} ({op}): {error}")
+
+
+def _first_difference(summaries):
+    """(a readable field path, the per-rank values) of the first field where ranks differ."""
+    def walk(values, path):
+        first = values[0]
+        if all(v == first for v in values[1:]):
+            return None
+        if all(isinstance(v, dict) for v in values) and all(v.keys() == first.keys() for v in values):
+            for key in first:
+                found = walk([v[key] for v in values], f"{path}.{key}" if path else key)
+                if found:
+                    return found
+        if all(isinstance(v, list) for v in values) and all(len(v) == len(first) for v in values):
+            for i in range(len(first)):
+                item = first[i]
+                named = isinstance(item, dict) and "name" in item
+                label = f"{path}[{item['name']!r}]" if named else f"{path}[{i}]"
+                found = walk([v[i] for v in values], label)
+                if found:
+                    return found
+        return path, values
+    return walk(summaries, "") or (None, None)
+
+
+def _field_kind(path):
+    """The field without the parameter's name: "state.params[...].status" -> "status"."""
+    last = path.rpartition(".")[2]
+    return last.split("[")[0] if last else path

@@ -1,0 +1,410 @@
+"""The upstream regression suite: `python3 -m zerocheck_ds suite --scenarios PATH... --out DIR`.
+
+A supervisor: it never imports torch or DeepSpeed itself. It replays every scenario on a pool of
+rank processes (pool.py) that is reused while healthy, so DeepSpeed is imported once per batch;
+a rank that crashes or a scenario that hangs gets its verdict and the run goes on on fresh
+ranks. Afterwards findings are grouped by signature, compared with `--baseline`, shrunk to a
+minimal scenario and a standalone script with `--shrink`, and written up in DIR/report.md and
+DIR/summary.json.
+
+Every signature is confirmed against its control (control.py) before it counts as upstream's;
+root causes (root_causes.py) come first in the report, each with an issue draft
+(DIR/issues/, issue_drafts.py).
+
+With --json, stdout holds exactly one JSON document (summary.json, or {"format", "error",
+"exit_code"} when the suite could not run): whatever the environment prints, at import too, goes
+to stderr (`--json-fd N`: the document goes to file descriptor N, stdout is already elsewhere;
+what `zerocheck upstream --json` uses).
+
+Exit codes: 0 nothing found (with --baseline: nothing new), 1 a finding (with --baseline: a new
+signature), 2 bad usage or input, or the ranks could not be started at all, 3 the suite itself
+failed (a bug of the harness: the traceback is on stderr). Ctrl-C stops every rank, writes what
+is done so far and exits 130.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import traceback
+
+from ..engines import ADAPTER_NAMES, deepspeed_tree
+from ..findings import baseline as baseline_module, issue_drafts, report
+from ..findings.outcomes import (checks_of, outcome_findings, raising_steps, skipped_of, verdict,
+                                 written_of)
+from ..findings.verdict import NEW_INVARIANTS, merge_tallies, write_json
+from . import control
+from .pool import PoolStartError, RankPool
+from .runner import UsageError, load_all, scenario_files
+
+PROG = "zerocheck_ds suite"
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_SUITE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Replay scenarios on an upstream engine on supervised rank "
+                               "processes; group, baseline and shrink what they find.",
+        epilog="exit codes: 0 nothing found (or nothing new against --baseline), 1 a finding "
+               "(or a new one), 2 bad usage or input")
+    p.add_argument("--scenarios", nargs="+", required=True, metavar="PATH",
+                   help="scenario files, or folders of *.json scenario files")
+    p.add_argument("--out", required=True, metavar="DIR", help="verdicts, logs, report")
+    p.add_argument("--adapter", choices=ADAPTER_NAMES, default="deepspeed")
+    p.add_argument("--world", type=int, default=1, help="ranks (processes on loopback), 1..8")
+    p.add_argument("--stage", type=int, choices=(1, 2, 3), default=3,
+                   help="the ZeRO stage to replay the scenarios with (default 3, the scenarios' own)")
+    p.add_argument("--disable", default="", metavar="I3,I4,I6,I9",
+                   help="invariants not to check (of I3, I4, I6, I9: they cost a dense twin, "
+                        "checkpoint reads and two "
+                        "collectives per operation)")
+    p.add_argument("--ablate", action="store_true",
+                   help="replay every scenario again with each of I3, I4, I6, I9 switched off in "
+                        "turn: which scenarios only that invariant catches (summary.json "
+                        "\"ablation\")")
+    p.add_argument("--deepspeed-tree", metavar="DIR",
+                   help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
+                        "default: the DeepSpeed installed for this Python")
+    p.add_argument("--shims", metavar="DIR", help="put on PYTHONPATH before the tree "
+                   "(default: the tree's ../shims when it exists)")
+    p.add_argument("--scenario-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="a scenario running longer is a hang (default 120)")
+    p.add_argument("--batch", type=int, default=50, metavar="N",
+                   help="scenarios per start of the ranks while healthy (1: one launch per "
+                        "scenario; default 50)")
+    p.add_argument("--baseline", metavar="DIR", help="an earlier --out: report fixed / new / "
+                   "unchanged signatures and exit 1 only for new ones")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink one scenario per signature and write repro/<signature>.py")
+    p.add_argument("--shrink-seconds", type=float, default=300.0, metavar="SECONDS",
+                   help="time budget per signature (default 300)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each scenario's checkpoints in DIR/checkpoints/<scenario> (default: "
+                        "removed once its verdict is written; the size is in the verdict)")
+    p.add_argument("--reshard", action="store_true",
+                   help="resume each load with a world_size on a second pool of that many ranks "
+                        "from the engine's universal checkpoint and check I6 there (default: "
+                        "not checked, counted under I6)")
+    p.add_argument("--replay-command", default="", help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help="print summary.json on stdout, and nothing else there")
+    p.add_argument("--json-fd", type=int, metavar="FD", help=argparse.SUPPRESS)
+    p.add_argument("--no-audit", action="store_true",
+                   help="do not audit attribute writes (no writer named in I1/I2 findings; "
+                        "to measure what the audit costs)")
+    p.add_argument("--no-control", action="store_true",
+                   help="do not replay each signature on the pass-through engine first")
+    args = p.parse_args(argv)
+    if not 1 <= args.world <= 8:
+        p.error("--world must be in 1..8")
+    if args.batch < 1 or args.scenario_timeout <= 0 or args.shrink_seconds <= 0:
+        p.error("--batch, --scenario-timeout and --shrink-seconds must be positive")
+    args.disabled = tuple(filter(None, args.disable.split(",")))
+    for name in args.disabled:
+        if name not in NEW_INVARIANTS:
+            p.error(f"--disable {name}: only {', '.join(NEW_INVARIANTS)} can be switched off")
+    return args
+
+
+class Supervisor:
+    """Pools by world size (shrinking may try world 1), and one call to replay a scenario."""
+
+    def __init__(self, args, env, cwd, log, logs="logs"):
+        self._args, self._env, self.cwd, self.log = args, env, cwd, log
+        self._logs = logs
+        self._pools = {}
+        command = [sys.executable, "-m", "zerocheck_ds", "worker", "--adapter", args.adapter,
+                   "--collective-timeout", f"{args.scenario_timeout:g}",
+                   "--disable", ",".join(args.disabled)]
+        if args.stage != 3:
+            command += ["--stage", str(args.stage)]
+        if args.no_audit:
+            command.append("--no-audit")
+        if getattr(args, "reshard", False):
+            command.append("--reshard")
+        self._command = command
+        self.version = None
+        self.versions = {}
+
+    def pool(self, world_size):
+        if world_size not in self._pools:
+            logs = os.path.join(self._args.out, self._logs if world_size == self._args.world
+                                else f"{self._logs}-world{world_size}")
+            self._pools[world_size] = RankPool(world_size, self._command, self._env, self.cwd,
+                                               logs)
+        return self._pools[world_size]
+
+    def replay(self, name, path, world_size, disable=None):
+        """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones.
+        `disable` replaces --disable for this replay."""
+        pool = self.pool(world_size)
+        if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
+            pool.stop(grace=5)
+        reused = pool.running
+        outcome = self._run(pool, name, path, disable)
+        self.version = self.version or pool.version
+        self.versions = self.versions or pool.versions
+        notes = []
+        if outcome.kind in ("crash", "hang") and reused:
+            # The previous scenario may have left the ranks broken: judge this one alone.
+            first = outcome
+            outcome = self._run(pool, name, path, disable)
+            notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
+                         f"rerun on fresh ranks: {outcome.kind}")
+        if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
+            pool.stop()  # the ranks raised at different steps: collectives may be out of step
+            notes.append("the ranks raised at different steps; they were restarted")
+        return outcome, notes
+
+    def _run(self, pool, name, path, disable):
+        """One replay in a fresh checkpoint folder, measured (outcome.checkpoint_bytes) and
+        removed afterwards unless --keep-checkpoints, whatever the ranks did (a crashed rank's
+        half-written checkpoint included)."""
+        folder = checkpoints_folder(self._args.out, name)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        try:
+            outcome = pool.run(name, path, self._args.scenario_timeout, disable, folder)
+            if outcome.kind == "done" and outcome.per_rank:
+                for request in outcome.per_rank[0].get("reshard", []):
+                    self._resume(outcome, name, path, disable, request)
+        finally:
+            size = disk_bytes(folder)
+            if not self._args.keep_checkpoints:
+                shutil.rmtree(folder, ignore_errors=True)
+        outcome.checkpoint_bytes = size
+        return outcome
+
+    def _resume(self, outcome, name, path, disable, request):
+        """The second world of one load with a world_size (reshard.py), on a pool of that many
+        ranks; what it finds, skips and counts joins the scenario's `outcome`, and
+        outcome.reshards gets its row ({"op_index", "world_size", "outcome", "seconds"})."""
+        world_size = request["world_size"]
+        pool = self.pool(world_size)
+        if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
+            pool.stop(grace=5)
+        try:
+            resumed = pool.run(f"{name}~world{world_size}", path, self._args.scenario_timeout,
+                               disable, resume=request)
+        except PoolStartError as e:
+            resumed = _start_failure(e)
+        found = outcome_findings(resumed, self._args.scenario_timeout)
+        where = f"in the world of {world_size} ranks resuming op {request['op_index']}"
+        for f in found:
+            if resumed.kind != "done":
+                f["message"] = f"{where}: {f['message']}"
+        outcome.resumed = getattr(outcome, "resumed", []) + found
+        first = outcome.per_rank[0]
+        if resumed.kind == "done":
+            first["checks"] = merge_tallies([first.get("checks", {}),
+                                             resumed.per_rank[0].get("checks", {})])
+            first["skipped"] = first["skipped"] + resumed.per_rank[0]["skipped"]
+        outcome.reshards = getattr(outcome, "reshards", []) + [{
+            "op_index": request["op_index"], "world_size": world_size,
+            "outcome": resumed.kind if resumed.kind != "done" else ("findings" if found else "ok"),
+            "seconds": round(resumed.seconds, 3)}]
+
+    def starts(self):
+        return sum(p.starts for p in self._pools.values())
+
+    def stop(self):
+        for pool in self._pools.values():
+            pool.stop(grace=5)
+
+
+def checkpoints_folder(out, name):
+    return os.path.join(out, "checkpoints", name)
+
+
+def disk_bytes(folder):
+    """Bytes of the files under `folder` (0 when there is none)."""
+    total = 0
+    for root, _, names in os.walk(folder):
+        for n in names:
+            try:
+                total += os.lstat(os.path.join(root, n)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _environment(args):
+    env = dict(os.environ)
+    extra = [PACKAGE_ROOT]
+    args.script_environment = {}
+    cwd = None
+    if args.deepspeed_tree:
+        staged = deepspeed_tree.stage(args.deepspeed_tree,
+                                      os.path.join(args.out, "deepspeed-tree"))
+        shims = args.shims or deepspeed_tree.default_shims(args.deepspeed_tree)
+        args.script_environment = deepspeed_tree.environment(staged, shims)
+        tree_env = dict(args.script_environment)
+        extra.append(tree_env.pop("PYTHONPATH"))
+        env.update(tree_env)
+        cwd = staged
+    elif args.shims:
+        extra.append(args.shims)
+    if env.get("PYTHONPATH"):
+        extra.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(extra)
+    return env, cwd
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _json_stream(args):
+    """With --json: the stream the one JSON document goes to. Anything else printed on stdout,
+    by this process or what it imports (a sitecustomize's text still in the buffer included),
+    goes to stderr from here on."""
+    if not args.json:
+        return None
+    if args.json_fd is not None:
+        return os.fdopen(args.json_fd, "w", encoding="utf-8")
+    document = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout.flush()  # what was printed before, still buffered, now goes to stderr
+    return document
+
+
+def main(argv):
+    args = parse_args(argv)
+    args.out = os.path.abspath(args.out)
+    document = _json_stream(args)
+    try:
+        code, summary = _main(args)
+    except Exception as e:  # noqa: BLE001 - a bug of the suite itself: exit 3, said clearly
+        traceback.print_exc()
+        print(f"{PROG}: error: the suite itself failed: {type(e).__name__}: {e}", file=sys.stderr)
+        code, summary = EXIT_SUITE_FAILED, None
+    if document is not None:
+        if summary is None:
+            summary = {"format": report.SUMMARY_FORMAT, "exit_code": code,
+                       "error": "the suite could not run; see stderr"}
+        document.write(json.dumps(summary, indent=2, default=str) + "\n")
+        document.flush()
+    return code
+
+
+def _main(args):
+    """Returns (exit code, summary or None)."""
+    log = (lambda text: print(text, file=sys.stderr, flush=True)) if args.json else (
+        lambda text: print(text, flush=True))
+    try:
+        files = scenario_files(args.scenarios)
+        scenarios = load_all(files)
+        previous = baseline_module.load(args.baseline) if args.baseline else None
+        os.makedirs(os.path.join(args.out, "verdicts"), exist_ok=True)
+        env, cwd = _environment(args)
+    except (UsageError, baseline_module.BaselineError, deepspeed_tree.TreeError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE, None
+    signal.signal(signal.SIGTERM, _interrupt)
+    supervisor = Supervisor(args, env, cwd, log)
+    checker = Supervisor(control.control_args(args), env, cwd, log, logs="logs-control")
+    run = report.Run(args=args, files=dict(zip((s.name for s in scenarios), map(os.path.abspath, files))))
+    try:
+        status = _replay_all(supervisor, scenarios, run)
+        if status is not None:
+            return status, None
+        run.finish(supervisor.version, supervisor.starts())
+        run.versions = supervisor.versions
+        if args.shrink:
+            from ..repro.minimise import minimise_all
+            minimise_all(supervisor, run)
+        if not args.no_control:
+            control.confirm_all(checker, run)
+        if previous is not None:
+            _compare(run, previous)
+    except KeyboardInterrupt:
+        run.interrupted = True
+        log(f"{PROG}: interrupted; stopping the ranks and writing what is done")
+    finally:
+        supervisor.stop()
+        checker.stop()
+        if not args.keep_checkpoints:
+            try:  # each scenario's folder is gone already
+                os.rmdir(os.path.join(args.out, "checkpoints"))
+            except OSError:
+                pass
+    if not run.finished:
+        run.finish(supervisor.version, supervisor.starts())
+    summary = run.summary()
+    issue_drafts.write_all(summary, args.out)
+    write_json(os.path.join(args.out, "summary.json"), summary)
+    report.write_markdown(os.path.join(args.out, "report.md"), run)
+    if not args.json:
+        for line in report.screen(run):
+            print(line)
+    if run.interrupted:
+        return EXIT_INTERRUPTED, summary
+    if run.baseline is not None:
+        return (EXIT_FINDING if run.baseline["new"] else EXIT_OK), summary
+    return (EXIT_FINDING if run.signature_counts() else EXIT_OK), summary
+
+
+def _compare(run, previous):
+    """Signatures (and root causes, when the baseline has them) against the baseline; the
+    control's limits are not upstream's, so they are new in neither."""
+    current = run.summary()
+    limits = run.limits()
+    for entry in current["scenarios"]:
+        entry["signatures"] = [s for s in entry["signatures"] if s not in limits]
+    run.baseline = baseline_module.compare(previous, current)
+    if all("root_causes" in s for s in previous["scenarios"]):
+        run.root_baseline = baseline_module.compare(previous, current, "root_causes")
+
+
+def _replay_all(supervisor, scenarios, run):
+    """Replays every scenario; returns an exit code only when the ranks never started."""
+    args, log = run.args, supervisor.log
+    log(f"{PROG}: {len(scenarios)} scenario(s), adapter {args.adapter}, world {args.world}, "
+        f"timeout {args.scenario_timeout:g} s, logs in {os.path.join(args.out, 'logs')}")
+    for i, scenario in enumerate(scenarios, 1):
+        path = run.files[scenario.name]
+        try:
+            outcome, notes = supervisor.replay(scenario.name, os.path.abspath(path), args.world)
+        except PoolStartError as e:
+            if not run.verdicts:
+                print(f"{PROG}: error: the ranks could not start ({args.adapter} adapter, "
+                      f"{sys.executable}): {e}", file=sys.stderr)
+                return EXIT_USAGE
+            # They started before: a rank start that fails now is this scenario's crash.
+            outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
+        findings = outcome_findings(outcome, args.scenario_timeout)
+        result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
+                         written=written_of(outcome))
+        result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
+        result["reshards"] = getattr(outcome, "reshards", [])
+        write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
+        run.add(result)
+        log(report.progress_line(i, len(scenarios), result))
+        if args.ablate:
+            caught = sorted({f["invariant"] for f in findings})
+            run.ablation[scenario.name] = {"all": caught or "none",
+                                           **_ablate(supervisor, scenario.name, path, args)}
+    return None
+
+
+def _ablate(supervisor, name, path, args):
+    """{invariant switched off: the invariants that still catch the scenario, or "survives"}: a
+    real replay for each, on the same ranks."""
+    row = {}
+    for off in NEW_INVARIANTS:
+        if off in args.disabled:
+            continue
+        outcome, _ = supervisor.replay(f"{name}~without-{off}", os.path.abspath(path), args.world,
+                                       disable=sorted(set(args.disabled) | {off}))
+        caught = sorted({f["invariant"] for f in outcome_findings(outcome, args.scenario_timeout)})
+        row[off] = caught or "survives"
+    return row
+
+
+def _start_failure(error):
+    from .pool import Outcome
+    return Outcome("crash", last_steps=[], rank=0, how=f"could not start: {error}")
