@@ -40,7 +40,7 @@ def normalise_exception(text):
     return line if len(line) <= _MAX_MESSAGE else line[:_MAX_MESSAGE] + "…"
 
 
-# The attribute of I5's findings about an initialize with a config_error (replay.py).
+# The attribute of I5's findings about an initialize with a config_error (replay/lifecycle.py).
 INVALID_CONFIG = "invalid config"
 
 

@@ -1,0 +1,41 @@
+"""Each operation of the schema is the function of its name in one family file of replay/
+(lifecycle, training, attributes, checkpoints), taking the replay and the operation, and the
+replay finds it there: an operation with no function, or a function no operation, fails loudly."""
+
+import inspect
+import types
+import unittest
+
+from zerocheck_ds.replay import attributes, checkpoints, lifecycle, replay, training
+from zerocheck_ds.scenario import schema
+
+
+def family(**functions):
+    return types.SimpleNamespace(OPERATIONS=tuple(functions), **functions)
+
+
+class OperationsTest(unittest.TestCase):
+    def test_every_operation_is_the_same_named_function_of_one_family(self):
+        self.assertEqual(set(replay.OPERATIONS), set(schema.OPS))
+        for name, function in replay.OPERATIONS.items():
+            self.assertEqual(function.__name__, name)
+            self.assertEqual(list(inspect.signature(function).parameters), ["replay", "op"], name)
+        self.assertEqual(replay.FAMILIES, (lifecycle, training, attributes, checkpoints))
+
+    def test_an_operation_with_no_function_fails(self):
+        without_gather = family(**{name: f for name, f in replay.OPERATIONS.items()
+                                   if name != "gather"})
+        with self.assertRaisesRegex(AssertionError, r"missing \['gather'\]"):
+            replay.operation_functions((without_gather,))
+
+    def test_a_function_that_is_no_operation_fails(self):
+        with self.assertRaisesRegex(AssertionError, r"not in the schema \['rewind'\]"):
+            replay.operation_functions(replay.FAMILIES + (family(rewind=lambda replay, op: None),))
+
+    def test_an_operation_in_two_families_fails(self):
+        with self.assertRaisesRegex(AssertionError, "'save' is in two families"):
+            replay.operation_functions(replay.FAMILIES + (family(save=checkpoints.save),))
+
+
+if __name__ == "__main__":
+    unittest.main()
