@@ -460,16 +460,17 @@ PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 ONCE_FORMS = {"fail": "record_failure"}
 
 
-def definitions(module):
+def definitions(module, imported=True):
     """name -> (its source, the names it uses) for each top-level def, class and assignment of
-    `module`, in the module's order (an assignment's trailing comment is not kept), and for each
-    name it imports from a module of this package, that definition and what it uses there (a
-    rule is written once, where it belongs, and copied from there)."""
+    `module`, in the module's order (an assignment's trailing comment is not kept), and unless
+    not `imported`, for each name it imports from a module of this package, that definition and
+    what it uses there (a rule is written once, where it belongs, and copied from there)."""
     text = inspect.getsource(module)
     found = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.ImportFrom) and node.level:
-            found.update(_imported_definitions(module, node))
+            if imported:
+                found.update(_imported_definitions(module, node))
             continue
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names = [node.name]

@@ -12,15 +12,16 @@ A scenario the straight-line form takes (repro_straight.py: no dispatcher, withi
 budgets) gets it; the general form here, with an operation dispatcher and a stand-in DeepSpeed,
 is for the rest (releases, a submodule initialized first, routes an MoE takes).
 
-One source of truth: the model classes, the data seeding, the checks and the I5 fingerprint are
-copied into the script from tree.py and repro_runtime.py with inspect.getsource, so the script
-builds the same model, feeds the same numbers and compares the same state as the replay. Only
-what the script uses is copied (a definition and what it needs: repro_runtime.source), only the
-modules it names are imported, and the pass-through engine has only the methods its operations
-call: a scenario without a forward gets no seeded values and no route-taking classes (its
-containers are torch's), one with a single initialize no I5 machinery. Which user writes are
-skipped as not representable is decided here with the replay's own rule
-(collisions.PristineNames over a freshly built tree), and written into the script as comments.
+One source of truth: the model classes, the data seeding, the checks, the I5 fingerprint and the
+general form's operations are copied into the script from tree.py, repro_runtime.py (which takes the
+fingerprint from oracles/fingerprint.py) and general_steps.py with inspect.getsource, so the script
+builds the same model, feeds the same numbers and compares the same state as the replay. Only what
+the script uses is copied (a definition and what it needs: repro_runtime.source), only the modules
+it names are imported, and the pass-through engine has only the methods its operations call: a
+scenario without a forward gets no seeded values and no route-taking classes (its containers are
+torch's), one with a single initialize no I5 machinery. Which user writes are skipped as not
+representable is decided here with the replay's own rule (collisions.PristineNames over a freshly
+built tree), and written into the script as comments.
 
 What stays at run time, as in the replay: whether an initialize is a repeat (an earlier one may
 have failed), which engine a forward goes through, whether a backward has a loss, whether a
@@ -43,9 +44,9 @@ from ..replay import replay
 from ..scenario import schema
 from ..scenario.collisions import PristineNames
 from ..scenario.scenario import load_scenario
-from . import repro_runtime, repro_straight, repro_twin
+from . import general_steps, repro_runtime, repro_straight, repro_twin
 from .script_parts import (OWNER_CHECKS, TWIN_INVARIANTS, build_section, comment, copied_section,
-                           header_section, module_expression, names_used, optimizer_source,
+                           header_section, module_expression, names_used, optimizer_source, rule,
                            verdict_section, without_unused, write_block)
 
 # The script checks what needs no dense twin; an I3 or I6 finding gets one where repro_twin.py's
@@ -88,14 +89,16 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
     # The script's own steps first; then only the definitions they use are copied in (from
     # tree.py and repro_runtime.py), and only the modules they name are imported.
     settings, engine = _settings(plan, stage), _engine(plan)
-    steps = [_operation_helpers(plan), build_section(plan), _operations(plan), verdict_section(target)]
+    steps = [build_section(plan), _operations(plan), verdict_section(target)]
+    steps.insert(0, _operation_helpers(plan, _names_read("\n".join([settings, engine] + steps))))
     used = names_used("\n".join([settings, engine] + steps))
-    copied = [copied_section("the model's classes (every module maps FEATURES -> FEATURES)", tree, used),
+    copied = [copied_section("the model's classes (every module maps FEATURES -> FEATURES)", tree,
+                             used),
               copied_section("failures, the checks and the seeded values of parameters and data",
-                      repro_runtime, used)]
+                             repro_runtime, used)]
     body = without_unused([settings, engine] + copied + steps)
     sections = [header_section(plan, target, script_name, "\n".join(body), stage,
-                        produced_on)] + body
+                               produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
@@ -315,173 +318,32 @@ else:
 '''
 
 
-_STATE = '''
-# ---- the operations: what the replay does, one function per kind -----------------------------
-
-live = []  # (engine, target, optimizer) for every initialize a correct engine accepts
-accepted_repeats = []  # engines from repeated initializes a correct engine would have refused
-loss, loss_engine = None, None  # the pending forward's loss, and the engine that ran it
-backward_since_step = False  # DeepSpeed's step needs a backward since the last one
+def _names_read(text):
+    """Every name the text reads, bound there or not (a stand-in's method named like a step
+    leaves the step wanted)."""
+    return {n.id for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def root_engine():
-    return next((engine for engine, target, _ in live if target is model), None)
-'''
-
-_SEEDED_BATCH = '''
-def run_forward(x, route):
-    """Through the engine that manages the root, else through the user's own model."""
-    engine = root_engine()
-    if engine is None:
-        first = next(model.parameters(), None)
-        if first is not None:
-            x = x.to(first.device)  # an engine may have moved the model
-        return model({route_args})
-    device = getattr(engine, "device", None)
-    if device is not None:
-        x = x.to(device)
-    return engine({route_args})
-'''
-
-_INITIALIZE_ONCE = '''
-def initialize(op_index, target, optimizer):
-    """deepspeed.initialize (the scenario's only one: nothing to refuse)."""
-    try:
-        engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer, config=CONFIG)
-    except ERRORS as e:
-        return op_failed(op_index, "initialize", e)
-    live.append((engine, target, optimizer))
-'''
-
-_INITIALIZE = '''
-def refusal_reason(target, optimizer):
-    """Why a correct engine must refuse to initialize `target` with `optimizer`, or None."""
-    managed = {id(m) for _, managed_target, _ in live for m in managed_target.modules()}
-    if any(id(m) in managed for m in target.modules()):
-        return "a live engine already manages the target or one of its modules"
-    if optimizer is not None and any(optimizer is o for _, _, o in live):
-        return "the optimizer already belongs to a live engine"
-    return None
-
-
-def initialize(op_index, target, optimizer):
-    """deepspeed.initialize; a repeat over a managed module or optimizer must be refused (I5)."""
-    why = refusal_reason(target, optimizer)
-    if why is not None:
-        return repeat_initialize(
-            op_index, why, [user_optimizer, optimizer] + [o for _, _, o in live],
-            lambda: accepted_repeats.append(deepspeed.initialize(
-                model=target, optimizer=optimizer, config=copy.deepcopy(CONFIG))[0]),
-            lambda x: run_forward(x, RouteCursor([])))
-    try:
-        engine, _, _, _ = deepspeed.initialize(model=target, optimizer=optimizer,
-                                               config=copy.deepcopy(CONFIG))
-    except ERRORS as e:
-        return op_failed(op_index, "initialize", e)
-    live.append((engine, target, optimizer))
-'''
-
-_ZERO_GRAD = '''
-def zero_grad(op_index):
-    """engine.zero_grad() on every live engine."""
-    if not live:
-        return skipped(op_index, "no engine")
-    for engine, _, _ in list(live):
-        try:
-            engine.zero_grad()
-        except ERRORS as e:
-            op_failed(op_index, "zero_grad", e)
-'''
-
-_OPERATIONS = schema.some("ops", {
-    "forward": '''
-def forward(op_index, route):
-    """A training forward, and its mse loss against a fixed random target."""
-    global loss, loss_engine
-    x, y = micro_batch(op_index)
-    loss = None
-    try:
-        out = run_forward(x, RouteCursor(route))
-        loss = F.mse_loss(out, y.to(out.device))
-    except ERRORS as e:
-        return op_failed(op_index, "forward", e)
-    engine = root_engine()
-    loss_engine = engine if engine is not None else (live[0][0] if live else None)
-''',
-    "backward": '''
-def backward(op_index):
-    """Back-propagates the pending loss through the engine that ran the forward."""
-    global loss, backward_since_step
-    if loss is None:
-        return skipped(op_index, "no forward since the last backward")
-    pending, loss = loss, None
-    try:
-        if any(loss_engine is engine for engine, _, _ in live):
-            loss_engine.backward(pending)
-        else:
-            pending.backward()
-        backward_since_step = True
-    except ERRORS as e:
-        op_failed(op_index, "backward", e)
-''',
-    "step": '''
-def step(op_index):
-    """engine.step() on every live engine, after a backward: DeepSpeed's loop (KeyError else)."""
-    global backward_since_step
-    if not live:
-        return skipped(op_index, "no engine")
-    if not PLAIN and not backward_since_step:
-        return skipped(op_index, "no backward since the last step: DeepSpeed's step needs one")
-    backward_since_step = False
-    for engine, _, _ in list(live):
-        try:
-            engine.step()
-        except ERRORS as e:
-            op_failed(op_index, "step", e)
-''',
-    "zero_grad": _ZERO_GRAD,
-    "release": '''
-def release(op_index, op):
-    """Drops every engine: engine.destroy(), where this DeepSpeed has it."""
-    global loss_engine
-    if not live and not accepted_repeats:
-        return skipped(op_index, "no engine")
-    for engine in [e for e, _, _ in live] + accepted_repeats:
-        try:
-            destroy = getattr(engine, "destroy", None)
-            if callable(destroy):
-                destroy()
-        except ERRORS as e:
-            op_failed(op_index, op, e)
-    live.clear()
-    accepted_repeats.clear()
-    loss_engine = None
-''',
-})
-
-
-def _operation_helpers(plan):
-    used = {op.op for op in plan.scenario.ops}
-    if "destroy" in used:
-        used.add("release")
-    parts = [_STATE]
-    if plan.runs_forward:
-        parts.append(_SEEDED_BATCH.format(
-            route_args="x, route" if plan.root_takes_route else "x"))
-    if plan.teardown:
-        used.add("release")  # teardown drops the engines left
-    if plan.initializes == 1:  # no repeat to refuse: no I5 machinery
-        parts.append(_INITIALIZE_ONCE)
-    elif plan.initializes:
-        parts.append(_INITIALIZE)
-    parts += [_OPERATIONS[op] for op in _OPERATIONS if op in used]
+def _operation_helpers(plan, used):
+    """general_steps.py's definitions that `used` (the other sections' names) call, and what they
+    use, under their rule; then check(), the invariants after every operation. What tree.py and
+    repro_runtime.py define is left to their own sections."""
+    forms = {**(general_steps.FORMS["without_route"] if not plan.root_takes_route else {}),
+             **(general_steps.FORMS["initialized_once"] if plan.initializes == 1 else {})}
+    elsewhere = set(repro_runtime.definitions(tree)) | set(repro_runtime.definitions(repro_runtime))
+    exclude = (repro_runtime.SCRIPT_GLOBALS | general_steps.STEP_GLOBALS
+               | elsewhere - set(repro_runtime.definitions(general_steps, imported=False)))
+    steps = repro_runtime.source(sorted(used & set(repro_runtime.definitions(general_steps))),
+                                 general_steps, exclude, forms)
     checks = ["check_user_attrs(op_index)"]
     if plan.placement.kind != "none":
         checks.append(f"{OWNER_CHECKS[plan.placement.kind]}(op_index)")
-    parts.append("\ndef check(op_index):\n"
-                 '    """The invariants, after the build (op_index None) and after every op."""\n'
-                 + "".join(f"    {c}\n" for c in checks))
-    return "\n\n\n".join(p.strip("\n") for p in parts)
+    check = ("def check(op_index):\n"
+             '    """The invariants, after the build (op_index None) and after every op."""\n'
+             + "".join(f"    {c}\n" for c in checks))
+    return (rule("the operations: what the replay does, one function per kind") + "\n\n" + steps
+            + "\n\n\n" + check)
 
 
 def _operations(plan):
@@ -527,7 +389,7 @@ def _initialize_block(plan, i, op, opt_name, user_optimizer, managed_modules, ma
     trainable = [p for p in target.parameters() if p.requires_grad]
     if op.optimizer == "fresh" and not trainable:
         return [comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
-                         f"trainable parameters")]
+                        f"trainable parameters")]
     optimizer = user_optimizer if op.optimizer == "same" else object()
     lines = [comment(f"op {i}: initialize {what} with " + (
         "the user's optimizer" if op.optimizer == "same"

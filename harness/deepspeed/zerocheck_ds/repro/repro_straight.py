@@ -73,17 +73,17 @@ def text(plan, target, script_name, stage, produced_on):
     # After the build only where the finding may show there (the general form always checks).
     plan.placement_world_size = True  # SCENARIO_WORLD_SIZE is the placement's alone here
     build = build_section(plan, checks if target.get("op_index") is None else (),
-                   placement=OWNER_CHECKS.get(plan.placement.kind) in checks)
+                          placement=OWNER_CHECKS.get(plan.placement.kind) in checks)
     steps = [settings_section(plan, stage),
              build + "\n\n" + _operations(plan, target, checks), verdict_section(target)]
     used = names_used("\n".join(steps))
     forms = _forms(plan, target, used, checks)
     copied = [copied_section("the model's classes", tree, used),
               copied_section("failures, the checks and the verdict", repro_runtime, used, forms,
-                      _forms_note(forms))]
+                             _forms_note(forms))]
     body = without_unused(steps[:1] + copied + steps[1:])
     sections = [header_section(plan, target, script_name, "\n".join(body), stage,
-                        produced_on)] + body
+                               produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
@@ -172,8 +172,8 @@ def settings_section(plan, stage):
         lines.append("# train_batch_size is sized for the scenario's world size: run one process "
                      "per rank.")
     lines += [comment(f"ZeRO stage {stage}" + ("" if stage == 3 else " (the scenario's is 3)")
-                       + "; zero_allow_untested_optimizer lets ZeRO take SGD (it changes nothing "
-                       "else)" + ("; gradient_clipping 0.0: none (master's default is 1.0), as in "
+                      + "; zero_allow_untested_optimizer lets ZeRO take SGD (it changes nothing "
+                      "else)" + ("; gradient_clipping 0.0: none (master's default is 1.0), as in "
                                   "the replay." if "gradient_clipping" in config else ".")),
               "CONFIG = " + _wrapped(config)]
     return "\n".join(lines)
@@ -267,10 +267,10 @@ def _initialize(plan, i, op, wrap, engine, optimizers, judged):
         return [comment(f"op {i}: initialize {what}: skipped, no module at this path")]
     if op.optimizer == "fresh" and not any(p.requires_grad for p in module.parameters()):
         return [comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
-                         f"trainable parameters")]
+                        f"trainable parameters")]
     source = module_expression(op.target)
     lines = [comment(f"op {i}: initialize {what} with "
-                      + ("the user's optimizer" if op.optimizer == "same"
+                     + ("the user's optimizer" if op.optimizer == "same"
                          else "a fresh optimizer"))]
     fresh = optimizer_source(plan.scenario, f"trainable({source})")
     if optimizers:  # the root's engine manages every module: a correct engine refuses this one
@@ -299,7 +299,7 @@ def _initialize(plan, i, op, wrap, engine, optimizers, judged):
     config = "copy.deepcopy(CONFIG)" if plan.initializes > 1 else "CONFIG"
     # Where the script trains or repeats, the engine it goes through (under --plain, PlainEngine).
     call = fitted(f"engine, *_ = initialize({source}, {optimizer}, {config}, PlainEngine)"
-                   if engine else f"initialize({source}, {optimizer}, {config})")
+                  if engine else f"initialize({source}, {optimizer}, {config})")
     if not wrap:
         # Raising is not this finding: the traceback ends the run without a verdict (for a
         # bisection, a commit where the script cannot run).

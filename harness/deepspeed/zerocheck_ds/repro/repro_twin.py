@@ -75,10 +75,10 @@ def text(plan, target, script_name, stage, produced_on):
     used = names_used("\n".join(steps))
     copied = [copied_section("the model's classes", tree, used),
               copied_section("failures, the checks, the dense twin and the verdict", repro_runtime,
-                      used)]
+                             used)]
     body = without_unused(steps[:1] + copied + steps[1:])
     sections = [header_section(plan, target, script_name, "\n".join(body), stage,
-                        produced_on)] + body
+                               produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
 
 
@@ -92,7 +92,7 @@ def _operations(plan, target, routes):
             twin_optimizer = optimizer_source(plan.scenario, "trainable(twin_model)")
             lines += [comment(f"op {i}: initialize the root with the user's optimizer"),
                       fitted(f"engine, *_ = initialize(model, {user_optimizer_source(plan)}, "
-                              f"CONFIG, DataParallelEngine)"),
+                             f"CONFIG, DataParallelEngine)"),
                       fitted(f"twin = Twin(twin_model, {twin_optimizer}, deepspeed=not PLAIN)"),
                       f"check_twin({i})"]
         elif op.op == "forward":
@@ -130,7 +130,7 @@ def _operations(plan, target, routes):
                       f"known = {{f'the value of the save of op {{j}}': saves[j][0] for j in saves "
                       f"if j != {_saved_by(ops, i)}}}",
                       fitted(f"check_twin({i}, 'I6', dict(known, **{{'the value before the load': "
-                              f"before}}))")]
+                             f"before}}))")]
             forward = False  # DeepSpeed's load drops what a forward left pending
         else:
             lines += write_block(plan, i, op)

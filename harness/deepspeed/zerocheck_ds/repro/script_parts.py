@@ -90,7 +90,7 @@ def copied_section(title, module, used, forms=None, note=""):
     """The definitions of `module` that `used` names, and what they need, under a rule and a
     comment `note`; or "". `forms`: general name -> the simpler form copied under it."""
     wanted = sorted(used & set(repro_runtime.definitions(module)))
-    return (_rule(title) + "\n\n" + note + repro_runtime.source(
+    return (rule(title) + "\n\n" + note + repro_runtime.source(
         wanted, module, repro_runtime.SCRIPT_GLOBALS, forms) if wanted else "")
 
 
@@ -155,7 +155,7 @@ def fitted(call):
     return ("\n" + " " * opening).join(lines)
 
 
-def _rule(title):
+def rule(title):
     return f"# ---- {title} ".ljust(96, "-")
 
 
@@ -285,7 +285,7 @@ def build_section(plan, checks=("check",), placement=True):
     """The scenario's model and the user's attributes and optimizer; with `placement`, what the
     I2 checks read; then `checks` after the build."""
     s, built = plan.scenario, plan.built
-    lines = [_rule("the scenario"), "",
+    lines = [rule("the scenario"), "",
              "# The model, one variable per node; a node listed twice is one shared (tied) module."]
     # torch.nn spelled out, unless tree.py's classes (which say nn) come with the script.
     nn = "nn" if any(_tree_class(plan, s.tree[i]) for i in built.nodes) else "torch.nn"
@@ -337,7 +337,7 @@ def user_optimizer_source(plan):
     if not any(params):
         return "None"
     return optimizer_source(plan.scenario, "model.parameters()" if all(params) and plan.initializes
-                             else "trainable(model)")
+                            else "trainable(model)")
 
 
 def optimizer_source(scenario, params_source):
@@ -367,7 +367,7 @@ def _placement_setup(plan):
                 entries.append((path, rank, plan.module_source(path)))
             except AttributeError:  # get_submodule's answer for a missing path
                 lines.append(comment(f"skipped placement.owners[{path!r}]: no module at path "
-                                      f"{path!r}"))
+                                     f"{path!r}"))
         lines.append("OWNERS = {" + ", ".join(f"{p!r}: {r}" for p, r, _ in entries) + "}")
         return lines + [_dict_source({p: v for p, _, v in entries}, "placed")]
     return []
@@ -404,7 +404,7 @@ def verdict_section(target):
     saying every step finished."""
     invariant = target["invariant"]
     if invariant in ("crash", "hang"):
-        return (_rule("verdict") + "\n\n"
+        return (rule("verdict") + "\n\n"
                 f"# The target is a {invariant}: reaching this line means every step finished.\n"
                 + fitted(f"verdict({target['signature']!r}, {invariant!r})"))
     arguments = [repr(target["signature"]), repr(invariant)]
@@ -414,4 +414,4 @@ def verdict_section(target):
         arguments.append(f"actual={target['exception_type']!r}")
     if invariant == "I5" and target.get("i5_expected"):  # accepted / wrong error / changed
         arguments.append(f"expected_start={target['i5_expected']!r}")
-    return _rule("verdict") + "\n\n" + fitted(f"verdict({', '.join(arguments)})")
+    return rule("verdict") + "\n\n" + fitted(f"verdict({', '.join(arguments)})")
