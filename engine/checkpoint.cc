@@ -135,13 +135,13 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& client_s
   if (!fs::is_directory(staging)) throw failure("rank 0 did not prepare " + staging);
 
   // This rank's file.
-  const bool drop_optimizer = s.options.fault == Fault::checkpoint_drops_optimizer_state;
   c10::impl::GenericList entries(c10::AnyType::get());
   for (const auto& p : s.params) {
     const auto shard = written_by(*p, rank);
     if (!shard) continue;
     const int64_t n = shard->end - shard->begin;
-    const c10::IValue state = drop_optimizer ? c10::IValue() : param_state_value(*s.optimizer, p->master);
+    c10::IValue state = param_state_value(*s.optimizer, p->master);
+    s.faults.state_saved(*p, state);
     entries.push_back(c10::ivalue::Tuple::create(Elements{p->path, shard->begin, real_elements(p->master, n),
                                                           cut_state(state, n),
                                                           param_options_value(*s.optimizer, p->master)}));
@@ -235,22 +235,14 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
   std::vector<bool> stepped(s.params.size(), false);  // has optimizer state: it had a gradient
   std::vector<ParamStateToLoad> states;
   std::unordered_map<const c10::TensorImpl*, c10::IValue> options_by_master;
-  // The planted fault bites only when resharding, so a load into the saving world stays exact.
-  const bool read_late = s.options.fault == Fault::reshard_offset_off_by_one && m.world_size != s.comm.world_size();
   for (size_t i = 0; i < s.params.size(); ++i) {
     const ManagedParam& p = *s.params[i];
     if (p.placed() && p.owner != rank) continue;  // placed elsewhere: nothing of it lives here
     auto cut = [&](const at::Tensor& full) {
       if (p.placed() || p.persistent) return full.view(p.shape);
-      // Deep fault: resharded onto more ranks, a frozen parameter is cut from its saved tensor rotated by one.
-      if (s.options.fault == Fault::frozen_reshard_rotated && m.world_size < s.comm.world_size() && !p.trainable &&
-          full.numel() > 1)
-        return p.layout.shard_of(full.reshape({-1}).roll(1), rank);
-      if (read_late && full.numel() > 0) {
-        const at::Tensor flat = full.reshape({-1});
-        return p.layout.shard_of(at::cat({flat.narrow(0, 1, flat.numel() - 1), at::zeros({1}, flat.options())}), rank);
-      }
-      return p.layout.shard_of(full, rank);
+      at::Tensor shard = p.layout.shard_of(full, rank);
+      s.faults.shard_loaded(s, m.world_size, p, full, shard);
+      return shard;
     };
     masters[i] = cut(saved.full_parameter(i).reshape({-1}));
     if (!with_optimizer) {  // the optimizer keeps its state, and its say on what has stepped
@@ -289,27 +281,18 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
   for (size_t i = 0; i < s.params.size(); ++i) {
     ManagedParam& p = *s.params[i];
     if (masters[i].defined()) p.master.copy_(masters[i]);
-    s.partitioner.plant_padding_garbage(p);
+    s.faults.shard_written(p, rank);
     // A parameter the optimizer has stepped had a gradient, which zero_grad keeps as zeros
     // (LibTorch's default): it steps again even in a step that does not reach it, as in dense
     // training. An engine that never ran its backward (a fresh one, or the expert's new owner)
     // must get that zero gradient too, or it would skip those steps.
     if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
-    // Deep fault: a module_only load with Adam, in a world of 3 or more, after two steps or more,
-    // zeroes the first moments.
-    if (s.options.fault == Fault::module_only_load_resets_adam && options.module_only && s.comm.world_size() >= 3 &&
-        kind == "adam" && s.optimizer_steps >= 2)
-      for (auto& [name, tensor] : named_state_tensors_of(*s.optimizer, p.master))
-        if (name == "exp_avg") tensor.zero_();
   }
   if (!options.module_only) {
-    const int64_t accumulation = s.config.gradient_accumulation_steps;
-    // Deep fault: between two accumulation boundaries, the count is restored to the last one.
-    s.micro_steps = s.options.fault == Fault::accumulation_boundary_on_load && accumulation > 1
-                        ? m.micro_steps - m.micro_steps % accumulation
-                        : m.micro_steps;
+    s.micro_steps = m.micro_steps;
     s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
   }
+  s.faults.after_load(s, options);
   s.comm.barrier();
 }
 
@@ -344,7 +327,8 @@ void Engine::load_checkpoint_tagged(const std::string& folder, const std::string
   state_->require_live("load_checkpoint_tagged");
   std::string resolved = tag.empty() ? std::string() : checked_tag(tag, "load_checkpoint_tagged");
   const fs::path latest = fs::path(folder) / kLatestFile;
-  if (resolved.empty() || state_->options.fault == Fault::load_ignores_tag) {
+  state_->faults.tag_to_load(resolved);
+  if (resolved.empty()) {
     std::ifstream in(latest, std::ios::binary);
     if (!in) throw CheckpointError(latest.string() + ": missing (no tagged checkpoint saved in " + folder + ")");
     resolved.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -1,9 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/errors.h"
-#include "engine/internal/deep_faults.h"
 #include "engine/internal/engine_state.h"
-#include "engine/legacy_mode.h"
 #include "engine/optimizer_rebuild.h"
 #include "engine/placement.h"
 #include "engine/registry.h"
@@ -15,7 +13,6 @@
 
 #include <exception>
 #include <functional>
-#include <limits>
 #include <unordered_set>
 
 namespace zero3 {
@@ -38,8 +35,6 @@ class GradientReadyHook final : public torch::autograd::FunctionPostHook {
   ManagedParam* param_;
 };
 
-bool uses_registry(Fault fault) { return !is_legacy(fault) && fault != Fault::accept_repeated_initialize; }
-
 // Evaluates the placement policy once, in pre-order: a placed module's whole subtree goes with
 // it, so a nested module is never placed twice.
 void assign_placement(EngineState& state, const EngineOptions& options) {
@@ -47,28 +42,14 @@ void assign_placement(EngineState& state, const EngineOptions& options) {
   PlacementPolicy policy = options.placement_policy
                                ? options.placement_policy
                                : make_placement_policy(state.config.placement);
-  if (options.fault == Fault::placement_from_engine_ids &&
-      state.config.placement.kind == PlacementSpec::Kind::attr_mod) {
-    // The planted fault: the owner comes from the engine's id instead of the user's attribute.
-    policy = [&state, attr = state.config.placement.attr](const std::string& path,
-                                                          const Module& module, int n) {
-      if (module.kind() != "Expert") return std::optional<int>();
-      AttrDict engine_view;
-      engine_view.set(attr, state.modules.at(&module).id);
-      return std::optional<int>(attr_mod_owner(path, engine_view, attr, n));
-    };
-  }
+  state.faults.placement_policy(state, policy);
   std::function<void(Module&, int)> visit = [&](Module& module, int inherited) {
     ModuleRecord& record = state.modules.at(&module);
     if (record.inside_placed || record.owner >= 0) return;  // a shared module seen before
     int owner = inherited;
     if (inherited >= 0) {
       record.inside_placed = true;
-    } else if (auto decided = options.fault == Fault::placed_without_policy &&
-                                         state.config.placement.kind == PlacementSpec::Kind::none &&
-                                         module.kind() == "Expert"
-                                     ? std::optional<int>(world - 1)
-                                     : policy(record.path, module, world)) {
+    } else if (auto decided = policy(record.path, module, world)) {
       if (*decided < 0 || *decided >= world)
         throw PlacementError((record.path.empty() ? "<root>" : record.path) +
                              ": placement policy chose rank " + std::to_string(*decided) +
@@ -125,6 +106,92 @@ void check_optimizer_covers_model(const torch::optim::Optimizer& optimizer,
                               "' is trainable but not in the optimizer");
 }
 
+// Refuses a model or optimizer that an engine manages already (AlreadyInitialized).
+void check_not_managed(const std::vector<ModuleAtPath>& tree, const torch::optim::Optimizer& optimizer,
+                       const FaultSeams& faults) {
+  if (faults.skips_registry_check(tree, optimizer)) return;
+  try {
+    Registry::instance().check_unmanaged(tree, &optimizer);
+  } catch (const AlreadyInitialized& refusal) {
+    faults.on_refusal(refusal, tree);
+    throw;
+  }
+}
+
+ManagedParam* record_param(EngineState& state, std::string path, const at::Tensor& tensor) {
+  auto p = std::make_unique<ManagedParam>();
+  p->id = static_cast<int64_t>(state.params.size());
+  p->path = std::move(path);
+  p->param = tensor;
+  p->shape = tensor.sizes().vec();
+  p->layout = ShardLayout::of(tensor.numel(), state.comm.world_size());
+  p->persistent = tensor.numel() <= state.config.zero_optimization.stage3_param_persistence_threshold;
+  p->trainable = tensor.requires_grad();
+  state.faults.param_recorded(*p);
+  state.params.push_back(std::move(p));
+  return state.params.back().get();
+}
+
+// Numbers the modules in pre-order and records each parameter once, at its first place.
+void record_tree(EngineState& state, const std::vector<ModuleAtPath>& tree) {
+  int64_t module_id = 0;
+  for (const auto& [path, module] : tree) {
+    ModuleRecord& record = state.modules[module.get()];
+    record.module = module.get();
+    record.id = module_id++;
+    record.path = path;
+    for (const auto& [name, tensor] : module->own_parameters()) {
+      auto [slot, inserted] = state.param_by_impl.emplace(tensor.unsafeGetTensorImpl(), nullptr);
+      if (inserted) slot->second = record_param(state, join_path(path, name), tensor);
+      record.own_params.push_back(slot->second);
+    }
+    state.module_by_id.push_back(&record);
+  }
+}
+
+// Defines `name` (when given) on every module as its engine id. A dry run defines it on copies,
+// so that a collision anywhere is found before any module is touched.
+void publish_ids(const EngineState& state, const std::vector<ModuleAtPath>& tree, const std::string& name,
+                 bool dry_run) {
+  if (name.empty()) return;
+  for (const auto& [path, module] : tree) {
+    const int64_t id = state.modules.at(module.get()).id;
+    const std::string where = path.empty() ? "<root>" : path;
+    if (dry_run) {
+      AttrDict probe = module->attrs();
+      probe.define(name, id, kEngineOwner, where);
+    } else {
+      module->attrs().define(name, id, kEngineOwner, where);
+    }
+  }
+}
+
+// Hooks each reducible gradient and partitions every parameter. Returns the model's own data,
+// held until initialize cannot fail any more: a refused initialize swaps it back (no copy: the
+// storage it had).
+std::vector<at::Tensor> hook_and_partition(const std::shared_ptr<EngineState>& state) {
+  std::vector<at::Tensor> model_data;
+  for (auto& p : state->params) {
+    if (p->trainable && !p->placed()) {  // placed gradients stay on their owner: no reduction
+      // Created while the parameter still has its full shape: autograd validates incoming
+      // gradients against the shape the accumulator recorded.
+      p->grad_accumulator = torch::autograd::impl::grad_accumulator(p->param);
+      p->hook_key = p->grad_accumulator->add_post_hook(std::make_unique<GradientReadyHook>(state, p.get()));
+    }
+    model_data.push_back(p->param.detach());
+    state->partitioner.partition(*p);
+    state->faults.after_partition(*state, *p);
+  }
+  return model_data;
+}
+
+// Undoes hook_and_partition for a refused initialize: hooks off, the model's data back.
+void give_back_model(EngineState& state, const std::vector<at::Tensor>& model_data) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < state.params.size(); ++i) state.params[i]->param.set_data(model_data[i]);
+  state.detach_local();
+}
+
 }  // namespace
 
 at::Device rank_device(int rank, int ranks_per_device) {
@@ -140,105 +207,30 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
                                    const Config& config, Comm& comm, EngineOptions options) {
   if (!model) throw UsageError("initialize: the model is null");
   const std::vector<ModuleAtPath> tree = unique_modules(model);
-  // Deep fault: a repeat with a fresh Adam over a zero-size parameter, once the live engine has
-  // stepped, is never checked.
-  const auto* live = static_cast<const EngineState*>(Registry::instance().manager_of(tree.front().module.get()));
-  const bool unchecked = options.fault == Fault::fresh_optimizer_zero_size_repeat && live != nullptr &&
-                         live->optimizer_steps > 0 && !Registry::instance().is_managed(&optimizer) &&
-                         dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr &&
-                         holds_zero_size_parameter(tree);
-  if (uses_registry(options.fault) && !unchecked) {
-    try {
-      Registry::instance().check_unmanaged(tree, &optimizer);
-    } catch (const AlreadyInitialized& refusal) {
-      if (options.fault == Fault::repeat_refused_with_wrong_error)
-        throw OptimizerMismatch(std::string("KeyError while rebuilding the optimizer: ") + refusal.what());
-      if (options.fault == Fault::reinitialize_changes_state)
-        for (size_t i = 0; i < tree.size(); ++i)
-          tree[i].module->attrs().set("id", static_cast<int64_t>(i), fault_name(options.fault));
-      if (options.fault == Fault::third_step_after_refusal && live != nullptr &&
-          live->model != tree.front().module)  // the refused target is a submodule
-        const_cast<EngineState*>(live)->steps_after_refusal = 0;
-      throw;
-    }
-  }
+  const FaultSeams faults(options.fault);
+  check_not_managed(tree, optimizer, faults);
 
   auto state = std::make_shared<EngineState>(model, comm, config, options);
   state->user_optimizer = &optimizer;
-  const int64_t threshold = config.zero_optimization.stage3_param_persistence_threshold;
-  int64_t module_id = 0;
-  for (const auto& [path, module] : tree) {
-    ModuleRecord& record = state->modules[module.get()];
-    record.module = module.get();
-    record.id = module_id++;
-    record.path = path;
-    for (const auto& item : module->own_parameters()) {
-      const at::Tensor& tensor = item.second;
-      auto [slot, inserted] = state->param_by_impl.emplace(tensor.unsafeGetTensorImpl(), nullptr);
-      if (inserted) {
-        auto p = std::make_unique<ManagedParam>();
-        p->id = static_cast<int64_t>(state->params.size());
-        p->path = join_path(path, item.first);
-        p->param = tensor;
-        p->shape = tensor.sizes().vec();
-        p->layout = ShardLayout::of(tensor.numel(), comm.world_size());
-        if (options.fault == Fault::shard_chunk_aligned) p->layout.alignment = 2;
-        p->persistent = tensor.numel() <= threshold ||
-                        (options.fault == Fault::partitioned_kept_persistent && p->id % 2 == 1);
-        p->trainable = tensor.requires_grad();
-        slot->second = p.get();
-        state->params.push_back(std::move(p));
-      }
-      record.own_params.push_back(slot->second);
-    }
-    state->module_by_id.push_back(&record);
-  }
-  apply_legacy_module_writes(*state);
+  record_tree(*state, tree);
+  faults.before_placement(*state);
   assign_placement(*state, options);
-  mark_deep_fault_targets(*state);
+  faults.after_placement(*state);
   for (auto& [key, record] : state->modules)
     for (ManagedParam* p : record.own_params)
       record.has_partitioned_params |= !p->persistent && !p->placed();
   check_optimizer_covers_model(optimizer, state->params, state->param_by_impl);
-  if (options.fault == Fault::refuse_gradient_accumulation && state->config.gradient_accumulation_steps > 1)
-    throw ConfigError("gradient_accumulation_steps: " + std::to_string(state->config.gradient_accumulation_steps) +
-                      " is not supported");
-  if (!options.publish_ids_as.empty()) {
-    // Dry run on copies first: a collision anywhere must leave every module untouched.
-    for (const auto& [path, module] : tree) {
-      AttrDict probe = module->attrs();
-      probe.define(options.publish_ids_as, state->modules.at(module.get()).id, kEngineOwner,
-                   path.empty() ? "<root>" : path);
-    }
-  }
+  faults.after_optimizer_check(*state);
+  publish_ids(*state, tree, options.publish_ids_as, /*dry_run=*/true);
 
-  // The model's own data, held until initialize cannot fail any more: partitioning swaps it out
-  // of the parameters, and a refused initialize swaps it back (no copy: the storage it had).
-  std::vector<at::Tensor> model_data;
-  for (auto& p : state->params) {
-    if (p->trainable && !p->placed()) {  // placed gradients stay on their owner: no reduction
-      // Created while the parameter still has its full shape: autograd validates incoming
-      // gradients against the shape the accumulator recorded.
-      p->grad_accumulator = torch::autograd::impl::grad_accumulator(p->param);
-      p->hook_key = p->grad_accumulator->add_post_hook(
-          std::make_unique<GradientReadyHook>(state, p.get()));
-    }
-    model_data.push_back(p->param.detach());
-    state->partitioner.partition(*p);
-    if (options.fault == Fault::hidden_shard_copy && !p->persistent && !p->placed())
-      state->hidden_copies.push_back(p->master.detach().clone());  // the planted fault: unlisted
-  }
+  std::vector<at::Tensor> model_data = hook_and_partition(state);
   // The config is checked once the engine is built over the model, so that a refusal here is a
   // real test of undoing it (hooks off, the model's data back): DeepSpeed's failed initialize
   // left its hooks on the model.
   try {
     config.validate(comm.world_size());
   } catch (const ConfigError&) {
-    if (options.fault != Fault::failed_initialize_leaves_state) {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < state->params.size(); ++i) state->params[i]->param.set_data(model_data[i]);
-      state->detach_local();
-    }
+    if (!faults.keeps_refused_state()) give_back_model(*state, model_data);
     state->released = true;
     throw;
   }
@@ -247,25 +239,13 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   state->optimizer = rebuild_optimizer(optimizer, [&](const at::Tensor& user_param) {
     ManagedParam* p = state->param_by_impl.at(user_param.unsafeGetTensorImpl());
     if (p->placed() && p->owner != comm.rank()) return at::Tensor();  // no state off its owner
-    // The planted fault: an alias of the shard that no gradient reaches, so the optimizer skips
-    // it; an alias, not a copy, so that no extra bytes give it away to I4 before I3 sees it.
-    if (options.fault == Fault::stale_optimizer_tensors) return p->persistent ? p->param : p->master.detach();
-    return p->master;
+    at::Tensor stepped = p->master;
+    faults.optimizer_tensor(*p, stepped);
+    return stepped;
   });
-
-  if (!options.publish_ids_as.empty())
-    for (const auto& [path, module] : tree)
-      module->attrs().define(options.publish_ids_as, state->modules.at(module.get()).id,
-                             kEngineOwner, path.empty() ? "<root>" : path);
-  apply_legacy_param_writes(*state);
-  if (options.fault == Fault::tensor_attr_changed_in_place) {
-    at::NoGradGuard no_grad;
-    for (const auto& entry : tree)
-      for (const auto& attr : entry.module->attrs().entries())
-        if (const auto* t = std::get_if<at::Tensor>(&attr.value.storage()); t && t->is_floating_point())
-          t->mul_(0.5);  // the planted fault: the user's own tensor changes
-  }
-  if (uses_registry(options.fault)) Registry::instance().claim(state.get(), tree, &optimizer);
+  publish_ids(*state, tree, options.publish_ids_as, /*dry_run=*/false);
+  faults.after_initialize(*state, tree);
+  if (!faults.skips_registry_claim()) Registry::instance().claim(state.get(), tree, &optimizer);
   return std::unique_ptr<Engine>(new Engine(std::move(state)));
 }
 
@@ -302,14 +282,10 @@ void Engine::backward(const at::Tensor& loss) {
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   loss.backward();
   state_->finish_placed_gradients();
-  if (state_->options.fault == Fault::extra_collective_per_step) {
-    at::Tensor stray = at::zeros({1});
-    state_->comm.all_reduce_sum(stray);
-  }
+  state_->faults.after_gradients(*state_);
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.
   for (auto& p : state_->params)
-    if (!(state_->options.fault == Fault::frozen_tied_kept_gathered && p->deep_fault_target))  // deep fault
-      state_->partitioner.release(*p);
+    if (!state_->faults.keeps_gathered_after_backward(*p)) state_->partitioner.release(*p);
 }
 
 void Engine::step() {
@@ -317,32 +293,15 @@ void Engine::step() {
   if (++state_->micro_steps % state_->config.gradient_accumulation_steps != 0) return;
   for (auto& p : state_->params)
     if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
-  // Deep fault: the third step after a refused repeat on a submodule is counted, not applied.
-  const bool unapplied = state_->options.fault == Fault::third_step_after_refusal && state_->steps_after_refusal >= 0 &&
-                         ++state_->steps_after_refusal == 3;
-  if (!unapplied) state_->optimizer->step();
-  // The planted fault: the last rank does not count its first step; the step itself is applied.
-  const bool skip_count = state_->options.fault == Fault::step_count_skipped_on_one_rank &&
-                          state_->optimizer_steps == 0 && state_->comm.rank() == state_->comm.world_size() - 1;
-  if (!skip_count) ++state_->optimizer_steps;
-  for (auto& p : state_->params) state_->partitioner.plant_padding_garbage(*p);
-  if (state_->options.fault == Fault::nan_after_step && state_->comm.rank() == 0) {
-    at::NoGradGuard no_grad;
-    for (auto& p : state_->params)
-      if (!p->persistent && !p->placed() && p->master.numel() > 0) {
-        p->master.view({-1})[0].fill_(std::numeric_limits<float>::quiet_NaN());  // the planted fault
-        break;
-      }
-  }
+  if (!state_->faults.skips_optimizer_step(*state_)) state_->optimizer->step();
+  ++state_->optimizer_steps;
+  for (auto& p : state_->params) state_->faults.shard_written(*p, state_->comm.rank());
+  state_->faults.after_step(*state_);
 }
 
 void Engine::zero_grad() {
   state_->require_live("zero_grad");
-  // Deep fault: mid-accumulation, the last rank's count of step() calls drops back to the boundary.
-  const int world = state_->comm.world_size();
-  if (state_->options.fault == Fault::zero_grad_mid_accumulation && state_->config.gradient_accumulation_steps > 1 &&
-      world > 1 && state_->comm.rank() == world - 1)
-    state_->micro_steps -= state_->micro_steps % state_->config.gradient_accumulation_steps;
+  state_->faults.before_zero_grad(*state_);
   at::NoGradGuard no_grad;
   for (auto& p : state_->params)
     if (p->grad_shard.defined()) p->grad_shard.zero_();
@@ -457,7 +416,7 @@ void for_each_state_dict_key(const std::string& path, const Module& module,
 std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
   state_->require_live("consolidated_state_dict");
   Comm& comm = state_->comm;
-  std::unordered_map<const ManagedParam*, at::Tensor> full_of;
+  FullTensors full_of;
   for (const auto& p : state_->params) {
     at::Tensor full;
     if (p->persistent) {
@@ -465,11 +424,7 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
     } else if (p->placed()) {
       full = p->owner == comm.rank() ? p->param.detach().cpu().clone() : at::zeros(p->shape);
       comm.broadcast(full, p->owner);
-    } else if (state_->options.fault == Fault::consolidated_from_rank0_shard) {
-      full = at::zeros({p->layout.padded_numel()});
-      full.narrow(0, 0, p->layout.chunk()).copy_(p->master.detach());
-      full = full.narrow(0, 0, p->layout.numel).view(p->shape);
-    } else {
+    } else if (!state_->faults.builds_consolidated(*p, full)) {
       at::Tensor gathered = at::empty({p->layout.padded_numel()});
       comm.all_gather(p->master.detach(), gathered);
       full = gathered.narrow(0, 0, p->layout.numel).view(p->shape).clone();
@@ -478,10 +433,7 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
   }
   std::map<std::string, at::Tensor> out;
   if (comm.rank() != 0) return out;
-  if (state_->options.fault == Fault::consolidated_lists_shared_once) {
-    for (const auto& p : state_->params) out.emplace(p->path, full_of.at(p.get()));
-    return out;
-  }
+  if (state_->faults.lists_consolidated(*state_, full_of, out)) return out;
   for_each_state_dict_key("", *state_->model, [&](const std::string& key, const at::Tensor& tensor) {
     out.emplace(key, full_of.at(state_->param_by_impl.at(tensor.unsafeGetTensorImpl())));
   });
@@ -519,12 +471,11 @@ void GatheredParameters::publish_edits() {
   if (published_) throw UsageError("GatheredParameters::publish_edits: called twice");
   state_->require_live("GatheredParameters::publish_edits");
   EngineState& s = *state_;
-  // The planted fault broadcasts as it should (the traffic is right) and keeps its own copy.
-  const bool own_copy = s.options.fault == Fault::gathered_edit_not_published;
   auto broadcast = [&](at::Tensor& tensor, int from) {
     at::Tensor received = tensor.clone();
     s.comm.broadcast(received, from);
-    if (!own_copy) tensor = received;
+    s.faults.edit_received(tensor, received);
+    tensor = received;
   };
   at::NoGradGuard no_grad;
   for (int64_t id : gathered_) {
@@ -533,14 +484,14 @@ void GatheredParameters::publish_edits() {
     broadcast(full, *modifier_rank_);
     p.param.detach().view({-1}).copy_(full);
     p.master.copy_(p.layout.shard_of(full, s.comm.rank()));
-    s.partitioner.plant_padding_garbage(p);
+    s.faults.shard_written(p, s.comm.rank());
   }
   for (int64_t id : persistent_) {
     ManagedParam& p = *s.params.at(id);
     at::Tensor whole = p.param.detach().clone();
-    // Deep fault: in a world of 3 or more, a persistent parameter's edit comes from rank 0.
-    const bool from_rank0 = s.options.fault == Fault::persistent_edit_from_rank0 && s.comm.world_size() >= 3;
-    broadcast(whole, from_rank0 ? 0 : *modifier_rank_);
+    int from = *modifier_rank_;
+    s.faults.persistent_edit_source(s, from);
+    broadcast(whole, from);
     p.param.detach().copy_(whole);
   }
   published_ = true;

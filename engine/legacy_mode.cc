@@ -81,13 +81,7 @@ void write_param_names(ManagedParam& p, Module& owner_module, const std::string&
 
 }  // namespace
 
-bool is_legacy(Fault fault) { return fault == Fault::legacy_0_15_4 || fault == Fault::legacy_ds_id; }
-
-void apply_legacy_module_writes(EngineState& state) {
-  const Fault fault = state.options.fault;
-  if (!is_legacy(fault)) return;
-  const std::string owner(fault_name(fault));
-  const char* id_name = fault == Fault::legacy_0_15_4 ? "id" : "ds_id";
+void write_legacy_module_names(EngineState& state, const char* id_name, const std::string& owner) {
   LegacyCounters& c = counters();
   std::lock_guard<std::mutex> lock(c.mutex);
   number_modules(*state.model, c.module_count[state.comm.rank()], id_name, owner);
@@ -95,10 +89,7 @@ void apply_legacy_module_writes(EngineState& state) {
     write_module_names(*entry.module, entry.path.empty(), id_name, owner);
 }
 
-void apply_legacy_param_writes(EngineState& state) {
-  const Fault fault = state.options.fault;
-  if (!is_legacy(fault)) return;
-  const std::string owner(fault_name(fault));
+void write_legacy_param_names(EngineState& state, const std::string& owner) {
   const int rank = state.comm.rank();
   LegacyCounters& c = counters();
   std::lock_guard<std::mutex> lock(c.mutex);

@@ -7,21 +7,19 @@
 // that are threads each get their own counter, as each upstream rank is its own process.
 #pragma once
 
-#include "engine/faults.h"
+#include <string>
 
 namespace zero3 {
 
 struct EngineState;
 
-// Whether `fault` is one of the legacy modes (they skip the registry and write attributes).
-bool is_legacy(Fault fault);
-
-// Writes the upstream module names (the id counter first) when the engine runs a legacy mode;
-// does nothing otherwise. Runs before placement is evaluated: upstream numbers the modules while
-// it installs its hooks, before any user code reads `.id` again.
-void apply_legacy_module_writes(EngineState& state);
+// Writes the upstream module names, the id counter (under `id_name`: "id" or "ds_id") first,
+// each as written by `owner` (the mode's name). The legacy faults (engine/faults/) call it before
+// placement is evaluated: upstream numbers the modules while it installs its hooks, before any
+// user code reads `.id` again.
+void write_legacy_module_names(EngineState& state, const char* id_name, const std::string& owner);
 // Writes the upstream parameter names (after partitioning: they describe the shards).
-void apply_legacy_param_writes(EngineState& state);
+void write_legacy_param_names(EngineState& state, const std::string& owner);
 
 // Starts every rank's legacy counter again at 0, as a fresh process would. The harness calls it
 // before each scenario so a replay does not depend on what ran before it.

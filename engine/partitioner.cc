@@ -42,7 +42,7 @@ void Partitioner::partition(ManagedParam& p) {
       p.master = p.param;
       p.status = ParamStatus::Available;
     } else {
-      if (fault_ != Fault::placed_copies_kept)
+      if (!faults_.keeps_placed_copy())
         swap_data(p.param, empty_like_param(p.param));  // other ranks hold no storage at all
       p.master = at::empty({0});
       p.status = ParamStatus::NotAvailable;
@@ -55,21 +55,10 @@ void Partitioner::partition(ManagedParam& p) {
     return;
   }
   p.master = p.layout.shard_of(p.param.detach().to(at::kFloat), comm_.rank());
-  if (fault_ == Fault::shard_offset_off_by_one && p.layout.numel > 1) {
-    at::Tensor flat = p.layout.pad(p.param.detach().to(at::kFloat));
-    const int64_t start = std::min(p.layout.begin(comm_.rank()) + 1, flat.numel() - p.layout.chunk());
-    p.master = flat.narrow(0, start, p.layout.chunk()).clone();
-  }
-  plant_padding_garbage(p);
+  faults_.shard_cut(p, comm_.rank());
+  faults_.shard_written(p, comm_.rank());
   swap_data(p.param, empty_like_param(p.param));
   p.status = ParamStatus::NotAvailable;
-}
-
-void Partitioner::plant_padding_garbage(ManagedParam& p) {
-  if (fault_ != Fault::uninitialised_padding || p.persistent || p.placed() || p.master.numel() == 0) return;
-  at::NoGradGuard no_grad;
-  const int64_t real = p.layout.real_in_shard(comm_.rank());
-  p.master.narrow(0, real, p.layout.chunk() - real).fill_(0.5f);  // what "uninitialised" may hold
 }
 
 void Partitioner::gather(ManagedParam& p) {
@@ -98,19 +87,17 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
     comm_.all_reduce_sum(averaged);
     averaged = averaged.view(p.shape);
   } else {
-    averaged = fault_ == Fault::grad_shard_overallocated
-                   ? at::empty({p.layout.padded_numel()}, full_grad.options()).narrow(0, 0, p.layout.chunk())
-                   : at::empty({p.layout.chunk()}, full_grad.options());
+    faults_.reduce_buffer(p, full_grad, averaged);
+    if (!averaged.defined()) averaged = at::empty({p.layout.chunk()}, full_grad.options());
     at::Tensor padded = p.layout.pad(full_grad);
-    if (fault_ == Fault::reduce_scatter_wrong_shard) padded = padded.roll(-p.layout.chunk());
+    faults_.before_reduce_scatter(p, padded);
     comm_.reduce_scatter_sum(padded, averaged);
   }
   // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
   // by the world size the same way, so the bits agree.
-  // Deep fault tied-expert-world3: its targets' gradients are divided wrongly in a world of 3 only.
-  const bool wrong_divisor = fault_ == Fault::wrong_gradient_divisor ||
-                             (fault_ == Fault::tied_expert_world3 && p.deep_fault_target && world == 3);
-  averaged.div_(wrong_divisor ? world + 1 : world);
+  int divisor = world;
+  faults_.gradient_divisor(p, world, divisor);
+  averaged.div_(divisor);
   p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(averaged) : averaged;
   p.param.mutable_grad() = at::Tensor();
   release(p);

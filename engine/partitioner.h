@@ -10,7 +10,7 @@
 #pragma once
 
 #include "engine/comm.h"
-#include "engine/faults.h"
+#include "engine/fault_seams.h"
 #include "engine/param_status.h"
 #include "engine/shard_layout.h"
 
@@ -45,15 +45,15 @@ struct ManagedParam {
   at::Tensor grad_shard;     // averaged gradient for `master`; undefined until a backward
   std::shared_ptr<torch::autograd::Node> grad_accumulator;  // kept alive so our hook stays on it
   uintptr_t hook_key = 0;
-  bool deep_fault_target = false;  // a deep fault's tree conditions hold for it (deep_faults.h)
+  bool deep_fault_target = false;  // a deep fault's tree conditions hold for it (faults/deep_faults.cc)
 };
 
 class Partitioner {
  public:
-  // `fault` plants one of the catalogue's partitioning faults (Fault::none for the reference).
+  // `faults`: the seams a planted fault reaches the partitioner through (none for the reference).
   // `device`: where this rank's placed parameters live.
-  Partitioner(Comm& comm, Fault fault, at::Device device)
-      : comm_(comm), fault_(fault), device_(device) {}
+  Partitioner(Comm& comm, FaultSeams faults, at::Device device)
+      : comm_(comm), faults_(faults), device_(device) {}
 
   // Splits `p` per its layout: keeps this rank's slice in `master` and empties the model tensor.
   // Persistent parameters stay whole; placed ones stay whole on their owner only.
@@ -69,17 +69,12 @@ class Partitioner {
   // Gathers the full data into the model tensor for good (collective; placed parameters are
   // broadcast from their owner): used when the engine lets go of the model.
   void restore_full(ManagedParam& p);
-  // Under Fault::uninitialised_padding, fills the padding of `p`'s shard with what fresh memory
-  // may hold; called wherever a shard is written (partition, step, checkpoint load), as upstream
-  // allocates shards without zeroing them everywhere. A no-op otherwise.
-  void plant_padding_garbage(ManagedParam& p);
-
   Comm& comm() { return comm_; }
   at::Device device() const { return device_; }
 
  private:
   Comm& comm_;
-  const Fault fault_;
+  const FaultSeams faults_;
   const at::Device device_;
 };
 

@@ -46,7 +46,8 @@ EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config
       comm(comm_in),
       config(std::move(config_in)),
       options(std::move(options_in)),
-      partitioner(comm_in, options.fault,
+      faults(options.fault),
+      partitioner(comm_in, faults,
                   comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device))) {}
 
 at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, const Route& route,
@@ -66,7 +67,7 @@ at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, 
     for (ManagedParam* p : record.own_params) partitioner.release(*p);
     throw;
   }
-  if (options.fault != Fault::skip_release_after_forward)
+  if (!faults.keeps_gathered_after_forward())
     for (ManagedParam* p : record.own_params) partitioner.release(*p);
   if (record.has_partitioned_params && at::GradMode::is_enabled() && output.requires_grad()) {
     auto handle = c10::make_intrusive<BackwardGatherHandle>();

@@ -67,6 +67,7 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   Comm& comm;
   Config config;
   EngineOptions options;
+  FaultSeams faults;  // where a planted fault gets in; none for the reference engine
   Partitioner partitioner;
   std::vector<std::unique_ptr<ManagedParam>> params;            // in pre-order of first appearance
   std::unordered_map<const c10::TensorImpl*, ManagedParam*> param_by_impl;
@@ -76,14 +77,14 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   const void* user_optimizer = nullptr;
   int64_t micro_steps = 0;
   int64_t optimizer_steps = 0;  // steps the optimizer applied (DeepSpeed's global_steps)
-  int64_t steps_after_refusal = -1;  // Fault::third_step_after_refusal's count, from a refusal
+  int64_t steps_after_refusal = -1;  // third-step-after-refusal's count of steps since a refusal
   bool released = false;
   bool computing_placed = false;  // the owner is running a placed module for a sender
   // Gradients of placed parameters collected on their owner during a backward, per sender rank.
   // Summed per sender in arrival order and then over senders in rank order, they come out
   // bit-identical to dense training over all micro-batches, even when a module runs twice.
   std::unordered_map<ManagedParam*, std::vector<at::Tensor>> placed_grads;
-  // Fault::hidden_shard_copy's second copy of every shard: listed nowhere.
+  // hidden-shard-copy's second copy of every shard: listed nowhere.
   std::vector<at::Tensor> hidden_copies;
 };
 
