@@ -10,6 +10,14 @@
 //
 // Reading order: RunOptions, OpOutcome and Verdict (what goes in and comes out), run_scenario
 // (the common call), run_ops (a driver's), RankInterpreter (one rank, step by step).
+//
+// Where an operation lives: the function of its name, taking the rank's state and the operation,
+// in the file of its family: lifecycle.cc (initialize, release, destroy), training.cc (forward,
+// backward, step, zero_grad, gather), attributes.cc (set_attr, del_attr), checkpoints.cc (save,
+// load); checks.cc is what runs after every operation, internal/rank_state.h the state they
+// share. rank_interpreter.cc dispatches from ZEROCHECK_OPS (harness/scenario/schema.h), so a row
+// with no function does not compile. The Python replay (harness/deepspeed/zerocheck_ds/replay/)
+// has the same files.
 #pragma once
 
 #include "engine/comm.h"

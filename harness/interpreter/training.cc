@@ -1,0 +1,129 @@
+// The training operations of one rank's interpreter (internal/training.h).
+#include "harness/interpreter/internal/training.h"
+
+#include "engine/testing/training.h"
+#include "harness/interpreter/internal/checks.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace zerocheck::interpreter {
+namespace {
+
+// The twin's side of a gather: the pending graph dropped, and a published edit made there too.
+void gather_on_twin(RankState& state, const Op& op, const std::vector<const model::ExpectedParam*>& reached,
+                    bool publish) {
+  state.twin_call(TwinCall(TwinCall::Kind::drop_pending));
+  if (!publish) return;
+  TwinCall call(TwinCall::Kind::scale);
+  for (const model::ExpectedParam* p : reached) call.paths.push_back(p->path);
+  call.scale = op.scale;
+  state.twin_call(std::move(call));
+}
+
+}  // namespace
+
+OpOutcome forward(RankState& state, const Op& op) {
+  if (!state.engine) return skipped("no live engine");
+  Batch batch;
+  {
+    const NotChargedToTheRank harness;  // the data is the harness's
+    batch = state.workload.batch(state.index, state.comm.rank());
+  }
+  const auto before = state.stats();
+  at::Tensor out = state.engine->forward(batch.input, state.workload.route(state.index, state.comm.rank(), op));
+  const model::Traffic measured = model::traffic_between(before, state.stats());
+  state.pending = training_loss(out, batch.target);
+  const double mine = state.pending.item<double>();
+  OpOutcome outcome = applied(fmt::format("loss {:.6g}", mine));
+  outcome.loss = mine;
+  state.deferred_traffic = MeasuredTraffic{"forward", std::nullopt, measured};
+  if (state.twin) {
+    TwinOutcome dense_run = state.twin_call(
+        TwinCall::forward_of(state.workload, state.index, op, state.comm.world_size(), state.expectation));
+    state.traces = std::move(dense_run.traces);
+    state.dense_losses = dense_run.losses;
+    outcome.twin_loss = dense_run.losses[static_cast<size_t>(state.comm.rank())];
+    require(state, oracles::loss_parity(*outcome.twin_loss, mine, state.engine_target));
+    state.deferred_traffic->expected = state.trace()->forward();
+  }
+  return outcome;
+}
+
+OpOutcome backward(RankState& state, const Op& op) {
+  if (!state.engine || !state.pending.defined()) return skipped("no forward to back-propagate");
+  if (!state.pending.requires_grad()) {
+    state.pending = at::Tensor();
+    if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::drop_pending));
+    return skipped("nothing trainable");
+  }
+  const auto before = state.stats();
+  state.engine->backward(state.pending);
+  const model::Traffic measured = model::traffic_between(before, state.stats());
+  state.pending = at::Tensor();
+  OpOutcome outcome = applied("ok");
+  state.deferred_traffic = MeasuredTraffic{"backward", std::nullopt, measured};
+  if (state.twin) {
+    const std::set<std::string> with_gradient = state.twin_call(TwinCall(TwinCall::Kind::backward)).with_gradient;
+    outcome.reached.assign(with_gradient.begin(), with_gradient.end());
+    if (!state.traces.empty()) state.deferred_traffic->expected = state.trace()->backward(with_gradient);
+  }
+  return outcome;
+}
+
+OpOutcome step(RankState& state, const Op& op) {
+  if (!state.engine) return skipped("no live engine");
+  // A step changes parameters in place, so a pending forward's graph is stale: PyTorch would
+  // refuse to back-propagate it. The step consumes it.
+  state.pending = at::Tensor();
+  const auto before = state.stats();
+  state.engine->step();
+  ++state.micro_steps;
+  state.deferred_traffic = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, state.stats())};
+  if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::step));
+  return applied("ok");
+}
+
+OpOutcome zero_grad(RankState& state, const Op& op) {
+  if (!state.engine) return skipped("no live engine");
+  const auto before = state.stats();
+  state.engine->zero_grad();
+  state.deferred_traffic =
+      MeasuredTraffic{"zero_grad", model::Traffic{}, model::traffic_between(before, state.stats())};
+  if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::zero_grad));
+  return applied("ok");
+}
+
+OpOutcome gather(RankState& state, const Op& op) {
+  if (!state.engine) return skipped("no live engine");
+  const auto found = state.modules.find(op.module);
+  if (found == state.modules.end()) return skipped(fmt::format("no module '{}'", op.module));
+  const Subtree& engine_subtree = *state.subtree_at(state.engine_target);
+  if (!engine_subtree.modules.count(found->second.get()))
+    return skipped(fmt::format("module '{}' is outside the engine's model '{}'", op.module, state.engine_target));
+  const std::shared_ptr<zero3::Module>& target = engine_subtree.root;
+  const std::vector<const model::ExpectedParam*> reached =
+      model::gathered_params(*state.expectation, *found->second, target);
+  const bool publish = op.modifier_rank.has_value();
+  std::map<std::string, at::Tensor> by_path;
+  for (auto& [path, tensor] : unique_named_parameters(target)) by_path.emplace(path, tensor);
+  const auto before = state.stats();
+  {
+    zero3::GatheredParameters gathered(*state.engine, *found->second, op.modifier_rank);
+    if (!publish || state.comm.rank() == *op.modifier_rank) {  // the user's edit, in place
+      at::NoGradGuard no_grad;
+      for (const model::ExpectedParam* p : reached) by_path.at(p->path).mul_(op.scale);
+    }
+    if (publish) gathered.publish_edits();
+  }
+  state.pending = at::Tensor();  // parameters changed in place: a pending graph is stale
+  std::optional<model::Traffic> expected;
+  if (state.twin) expected = model::gather_traffic(reached, publish, state.comm.world_size());
+  state.deferred_traffic = MeasuredTraffic{"gather", expected, model::traffic_between(before, state.stats())};
+  if (state.twin) gather_on_twin(state, op, reached, publish);
+  return applied(fmt::format("ok; {} parameters gathered, {}", reached.size(),
+                             publish ? fmt::format("rank {}'s edit kept", *op.modifier_rank) : "no edit kept"));
+}
+
+}  // namespace zerocheck::interpreter
