@@ -80,7 +80,7 @@ struct Config {
   // memory, not read: the reader checks as it reads), or as check_world_size.
   void validate(int world_size, const std::string& path = "$") const;
 
-  // Returns one line per key with its default and description, for `--help` and the README.
+  // Returns one line per key with its default and description, for `--help` and docs/formats.md.
   static std::string describe_keys();
 };
 

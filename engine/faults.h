@@ -2,9 +2,10 @@
 //
 // zerocheck proves that each oracle can fail by running the harness against the engine with one
 // of these switched on: every entry must be caught, by the invariant the table names. The
-// legacy modes reproduce upstream DeepSpeed's behaviour (see shared/DESIGN.md); the others are
-// single faults. This table is the only list: the CLI's --engine choices, `zerocheck mutants`
-// and the docs are generated from it.
+// legacy modes reproduce upstream DeepSpeed's behaviour (see docs/DESIGN.md); the others are
+// single faults. This table is the only list: the CLI's --engine choices and `zerocheck mutants`
+// are generated from it, and the docs check holds docs/faults.md's lists to it. The engine
+// reaches a fault only through the seams of engine/fault_seams.h.
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Attribute names upstream DeepSpeed ZeRO-3 writes onto users' objects (see shared/DESIGN.md).
+// Attribute names upstream DeepSpeed ZeRO-3 writes onto users' objects (see docs/DESIGN.md).
 //
 // One table, used by the legacy modes (which write them), the harness's collision dictionary
 // (which makes users own them) and the fuzz dictionary generated from it.

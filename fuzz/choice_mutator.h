@@ -1,4 +1,4 @@
-// A structure-aware mutator for fuzz_scenario_ops (issue 30, item 3): edits an input part by part
+// A structure-aware mutator for fuzz_scenario_ops: edits an input part by part
 // (harness/scenario/choice_spans.h) the way Hypothesis edits a choice sequence, instead of byte by
 // byte.
 //

@@ -1,4 +1,4 @@
-// What a refused checkpoint load must leave exactly as it was (issue 16): every shard of the
+// What a refused checkpoint load must leave exactly as it was: every shard of the
 // engine, each one's optimizer state and every group's learning rate. Shared by the corruption
 // test and the checkpoint fuzz target, which both load damaged bytes and compare before/after.
 #pragma once

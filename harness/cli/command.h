@@ -6,7 +6,7 @@
 
 namespace zerocheck::cli {
 
-// X(name, code, meaning): the exit codes of every command (README's table is this one). A
+// X(name, code, meaning): the exit codes of every command (docs/commands.md's table, held to this one by the docs check). A
 // failure must not read as a finding: only what the engine under test did is exit 1.
 #define ZEROCHECK_EXIT_CODES(X)                                                                     \
   X(kExitOk, 0, "all invariants held")                                                             \

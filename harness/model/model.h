@@ -196,7 +196,7 @@ Workload workload_of(const Scenario& scenario);
 // The one dense reference: a single copy of the workload's model trained exactly as the engine
 // should train its copy: every rank's micro-batch, gradients summed in rank order and divided by
 // the world size once per backward, accumulated over gradient_accumulation_steps, one optimizer
-// step over whole tensors. On CPU the engine must match it bit for bit (tolerance 0, README).
+// step over whole tensors. On CPU the engine must match it bit for bit (tolerance 0, docs/invariants.md).
 //
 // Computes on one intra-op thread (use_sequential_kernels, harness/world/world.h), as the ranks.
 class DenseTwin {

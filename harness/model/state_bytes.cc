@@ -1,4 +1,4 @@
-// The model-state yardstick of shared/DESIGN.md, from the expectation alone.
+// The model-state yardstick of docs/DESIGN.md, from the expectation alone.
 #include "harness/model/model.h"
 
 namespace zerocheck::model {

@@ -1,5 +1,5 @@
 // The collectives a forward and its backward must issue, replayed on the expectation while the
-// dense twin runs: the ZeRO-3 schedule of shared/DESIGN.md, not the engine's code.
+// dense twin runs: the ZeRO-3 schedule of docs/DESIGN.md, not the engine's code.
 //
 //   forward, per module call: an unplaced module all-gathers each partitioned parameter it
 //   registers unless already whole (c*N elements) and releases them after its forward; an MoE

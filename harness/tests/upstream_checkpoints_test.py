@@ -17,7 +17,7 @@ from the files it writes:
      by the next step (I3);
   4. every I3/I4/I6/I9 root cause is triaged in KNOWN_UPSTREAM.md;
   5. the two load findings as standalone scripts that carry the dense twin (repro_twin.py):
-     within issue 28's budget, REPRODUCED on the tree at world 2, NOT REPRODUCED with --plain.
+     within the script-size budget, REPRODUCED on the tree at world 2, NOT REPRODUCED with --plain.
 A scenario whose own checks (2, 3, 4) fail is replayed again, alone, up to RERUNS times, and judged
 by the first replay that passes them: DeepSpeed's Gloo all_gather race (KNOWN_UPSTREAM.md) strikes
 a few per cent of gathers on a loaded machine, so one save's consolidation, one step's persistent
@@ -41,7 +41,7 @@ FOLDERS = [os.path.join(HERE, "scenarios", name)
 # The load findings whose scripts are checked (5), with what each script says the wrong value is.
 SCRIPTED = {"tags_load_t1_without_optimizer_states": "it is the value of the save of op 14",
             "tags_load_t1_module_only": "it is the value before the load"}
-TWIN_BUDGET = 250  # issue 28: a script that needs the dense twin
+TWIN_BUDGET = 250  # code lines of a script that needs the dense twin
 # A scenario's checkpoints: 2 ranks' model and optimizer files of a few tiny layers, at most
 # three tags, DeepSpeed's zero_to_fp32.py beside them.
 MAX_BYTES = 256 * 1024

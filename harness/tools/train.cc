@@ -186,7 +186,7 @@ class TrainDriver final : public RankDriver {
         break;
       case OpKind::zero_grad: {
         // What the rank's allocations hold after every step, against the spec's yardstick
-        // (shared/DESIGN.md): counted where allocated, so a copy nobody lists counts too.
+        // (docs/DESIGN.md): counted where allocated, so a copy nobody lists counts too.
         const int64_t expected = model::expected_state_bytes(rank.expectation(), trained_, result_.rank, optimizer_states_);
         const int64_t held = rank.held_bytes(expected);
         result_.state_bytes = held;

@@ -4,7 +4,7 @@
 // A training run is operations for the one interpreter (harness/interpreter): initialize, then
 // forward, backward, step and zero_grad per step, each checked by every oracle on every rank (I3
 // parity with the one NaN rule, I4 memory, I8 traffic, ...). On top, after every step each rank's
-// allocations must hold exactly the model-state bytes of shared/DESIGN.md
+// allocations must hold exactly the model-state bytes of docs/DESIGN.md
 // (model::expected_state_bytes), and at the end the consolidated state dict must equal the twin's.
 // The world size is the World's the run is given.
 #pragma once

@@ -1,4 +1,4 @@
-"""What a maintainer gets from a suite run (issue 28): root causes with the code that wrote,
+"""What a maintainer gets from a suite run: root causes with the code that wrote,
 their issue drafts, the control that sets the replay's own limits apart, what was not checked,
 and a --json stdout that holds one document whatever the environment prints."""
 

@@ -1,4 +1,4 @@
-"""Issue drafts (issue 28 item 4): the minimal script inline whatever its length, and where no
+"""Issue drafts: the minimal script inline whatever its length, and where no
 bisection ran, the exact bisect command that finds the first bad commit."""
 
 import os
