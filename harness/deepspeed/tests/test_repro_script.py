@@ -20,7 +20,7 @@ from zerocheck_ds.repro.repro_straight import DEEPSPEED_DEFAULTS, script_config
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]
 ALLOWED_IMPORTS = {"copy", "math", "os", "re", "socket", "struct", "sys", "torch", "deepspeed"}
-# Issue 28's budgets, in code lines (repro_script.code_lines): a one-operation I1/I2/I5 finding,
+# The script-size budgets, in code lines (repro_script.code_lines): a one-operation I1/I2/I5 finding,
 # up to five operations, and a script that needs the dense twin (I3, I6).
 ONE_OPERATION_BUDGET, FIVE_OPERATIONS_BUDGET, TWIN_BUDGET = 60, 150, 250
 FAILED_LINE = re.compile(r"^FAILED (\S+) at (?:op (\d+)|build/teardown):", re.M)
@@ -108,7 +108,7 @@ class ReproScript(unittest.TestCase):
                     self.assertLessEqual(imports_of(text), ALLOWED_IMPORTS)
 
     def test_a_one_operation_script_holds_only_what_it_uses(self):
-        # The seed bug's shape: a user's `id` on a Linear, one initialize: issue 28's budget of
+        # The seed bug's shape: a user's `id` on a Linear, one initialize: the script-size budget of
         # 60 code lines (148 with the dispatcher, 387 before repro_runtime.py, 76 in the first
         # straight-line form).
         text = repro_script_text(os.path.join(support.FIXTURES, "bisect", "user_id.json"),

@@ -8,7 +8,7 @@ ends with `REPRODUCED <signature>: expected ..., got ...` and exit 1 when a fail
 target shows, else `NOT REPRODUCED <signature>` and exit 0; `--plain` runs the same steps on a
 pass-through engine (plain PyTorch), which must not reproduce.
 
-A scenario the straight-line form takes (repro_straight.py: no dispatcher, within issue 28's
+A scenario the straight-line form takes (repro_straight.py: no dispatcher, within the script-size
 budgets) gets it; the general form here, with an operation dispatcher and a stand-in DeepSpeed,
 is for the rest (releases, a submodule initialized first, routes an MoE takes).
 
@@ -104,7 +104,7 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
 
 def code_lines(text):
     """The number of lines of code in a script: blank lines, comments and docstrings (the
-    module's, classes' and functions') are not code (issue 28's budgets count these)."""
+    module's, classes' and functions') are not code (the script-size budgets count these)."""
     docstrings = set()
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body:

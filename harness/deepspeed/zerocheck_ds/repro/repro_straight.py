@@ -1,4 +1,4 @@
-"""The straight-line form of a repro script (issue 28's budgets: 60 code lines for one
+"""The straight-line form of a repro script (the script-size budgets: 60 code lines for one
 operation, 150 for up to five): the user's own writes and deletes, an initialize, and training
 (forward, backward, step, zero_grad) and repeated initializes through the root's engine when the
 root is initialized first.

@@ -1,4 +1,4 @@
-"""The dense-twin form of a repro script, for I3 and for I6 after a load (issue 28's budget: 250
+"""The dense-twin form of a repro script, for I3 and for I6 after a load (the script-size budget: 250
 code lines): training through the root's engine checked against a dense twin, a copy of the model
 trained as data parallelism trains WORLD_SIZE copies.
 
