@@ -13,9 +13,7 @@ No oracle reads parameter data: an upstream engine may have emptied or moved it.
 
 from ..model import values
 from ..scenario import schema
-# The I5 fingerprint (fingerprint.py): repro scripts copy it from there.
 from ..findings.verdict import Finding
-from .fingerprint import fingerprint, fingerprint_changes  # noqa: F401 (the replay's)
 from .ledger import ObjectKey, WriteSkipped
 
 _MAX_LISTED_CHANGES = 10

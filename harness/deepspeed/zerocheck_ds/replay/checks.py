@@ -17,7 +17,7 @@ from .state import LiveEngine
 
 # The invariants about the user's attributes, whose findings name the writer.
 _ATTRIBUTE_INVARIANTS = schema.some("invariants", "I1", "I2")
-# A fingerprint change of an attribute (oracles.fingerprint's keys).
+# A fingerprint change of an attribute (the keys of oracles/fingerprint.py).
 _CHANGED_ATTRIBUTE = re.compile(r"^(module|parameter) '([^']*)' attribute '([^']*)': ")
 
 

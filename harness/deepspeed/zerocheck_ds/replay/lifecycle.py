@@ -13,6 +13,7 @@ from ..findings.verdict import Finding
 from ..model import seeded
 from ..model.tree import RouteCursor
 from ..oracles import oracles
+from ..oracles.fingerprint import fingerprint, fingerprint_changes
 from ..scenario import config_errors, schema
 from .checks import attempt, changed_by, raised_by, report, skip
 from .state import LiveEngine, make_optimizer, trainable_parameters
@@ -101,7 +102,7 @@ def _first_initialize(replay, op, target, optimizer):
 def _repeated_initialize(replay, target, optimizer, why_refused):
     """I5: an initialize of what a live engine manages is refused and changes nothing."""
     optimizers = [replay.user_optimizer, optimizer] + [e.optimizer for e in replay.live]
-    before = oracles.fingerprint(replay.root, optimizers)
+    before = fingerprint(replay.root, optimizers)
     exception = None
     try:
         engine = replay.adapter.initialize(target, optimizer, replay.config)
@@ -110,7 +111,7 @@ def _repeated_initialize(replay, target, optimizer, why_refused):
         raise
     except BaseException as e:  # whatever it raised is judged by the oracle
         exception = e
-    changes = oracles.fingerprint_changes(before, oracles.fingerprint(replay.root, optimizers))
+    changes = fingerprint_changes(before, fingerprint(replay.root, optimizers))
     findings = oracles.judge_repeated_initialize(replay.adapter, replay.index, why_refused,
                                                  exception, changes)
     for finding in findings:
@@ -138,7 +139,7 @@ def _invalid_initialize(replay, op):
                  else _fresh_optimizer(replay, target))
     config = config_errors.invalid_config(replay.config, op.config_error, replay.world_size)
     optimizers = [replay.user_optimizer, optimizer] + [e.optimizer for e in replay.live]
-    before = oracles.fingerprint(replay.root, optimizers)
+    before = fingerprint(replay.root, optimizers)
     values = {name: p.detach().clone() for name, p in replay.root.named_parameters()}
     exception = None
     try:
@@ -147,7 +148,7 @@ def _invalid_initialize(replay, op):
         raise
     except BaseException as e:  # whatever it raised is judged below
         exception = e
-    changes = oracles.fingerprint_changes(before, oracles.fingerprint(replay.root, optimizers))
+    changes = fingerprint_changes(before, fingerprint(replay.root, optimizers))
     changes += [f"parameter {name!r} values: changed"
                 for name, p in replay.root.named_parameters()
                 if name in values and (p.shape != values[name].shape

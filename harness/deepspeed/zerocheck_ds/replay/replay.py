@@ -24,9 +24,7 @@ from ..oracles import numerics, oracles
 from ..oracles.ledger import AttributeLedger
 from ..scenario import schema
 from . import attributes, checkpoints, checks, lifecycle, training
-# OPTIMIZER_CLASSES and optimizer_arguments: the repro scripts build the user's optimizer alike.
-from .state import (OPTIMIZER_CLASSES, ReplayResult, make_optimizer,  # noqa: F401
-                    optimizer_arguments, trainable_parameters)
+from .state import ReplayResult, make_optimizer, trainable_parameters
 
 # The files of the operation families; each lists its operations in OPERATIONS.
 FAMILIES = (lifecycle, training, attributes, checkpoints)

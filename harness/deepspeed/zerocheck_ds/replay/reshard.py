@@ -28,7 +28,8 @@ from ..scenario import schema
 from ..scenario.scenario import Op
 from ..world.exchange import ExchangeError
 from .handover import SNAPSHOT
-from .replay import Replay, ReplayResult
+from .replay import Replay
+from .state import ReplayResult
 
 # The operation name the second world's findings carry (their signatures say where they come
 # from: "I6 load into another world: exp_avg: ...").
@@ -41,7 +42,7 @@ class Resume:
     """The second world's half of one load with `world_size`, on this rank.
 
     `request`: {"op_index", "world_size", "target", "folder"} as the saving world recorded it.
-    run() returns a replay.ReplayResult whose findings carry the saving scenario's operation
+    run() returns a state.ReplayResult whose findings carry the saving scenario's operation
     indices: OP at the load's, "<op> after a load into another world" at the training
     operations after it."""
 

@@ -40,7 +40,7 @@ from ..engines.deepspeed_adapter import deepspeed_config
 from ..findings.verdict import FAILURES
 from ..model import tree
 from ..oracles.ledger import AttributeLedger, WriteSkipped
-from ..replay import replay
+from ..replay import state as replay_state
 from ..scenario import schema
 from ..scenario.collisions import PristineNames
 from ..scenario.scenario import load_scenario
@@ -349,7 +349,7 @@ def _operation_helpers(plan, used):
 def _operations(plan):
     s = plan.scenario
     lines = []
-    opt_name = replay.OPTIMIZER_CLASSES[s.optimizer]
+    opt_name = replay_state.OPTIMIZER_CLASSES[s.optimizer]
     has_trainable = any(p.requires_grad for p in plan.built.root.parameters())
     user_optimizer = object() if has_trainable else None
     # What a correct engine would refuse: module ids (the tree keeps them alive), and optimizer

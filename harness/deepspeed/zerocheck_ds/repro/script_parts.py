@@ -12,7 +12,7 @@ import textwrap
 import torch
 
 from ..oracles.ledger import ObjectKey
-from ..replay import replay
+from ..replay import state as replay_state
 from ..scenario import schema
 from ..scenario.scenario import TensorLiteral
 from . import repro_runtime
@@ -342,8 +342,8 @@ def user_optimizer_source(plan):
 
 def optimizer_source(scenario, params_source):
     """Returns the source of the scenario's optimizer over `params_source`, as the replay builds it."""
-    arguments = replay.optimizer_arguments(scenario.optimizer, scenario.lr)
-    return (f"torch.optim.{replay.OPTIMIZER_CLASSES[scenario.optimizer]}({params_source}, "
+    arguments = replay_state.optimizer_arguments(scenario.optimizer, scenario.lr)
+    return (f"torch.optim.{replay_state.OPTIMIZER_CLASSES[scenario.optimizer]}({params_source}, "
             + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")")
 
 

@@ -154,7 +154,7 @@ def _run_all(args, scenarios, adapter, world, world_module, exchange):
 
 def _replay(replay_class, scenario, adapter, world, exchange, stage, checkpoint_dir):
     """Returns the replay's result; a failure of the replay itself is a finding, not a crash."""
-    from ..replay.replay import ReplayResult
+    from ..replay.state import ReplayResult
     from ..findings.verdict import Finding
 
     try:

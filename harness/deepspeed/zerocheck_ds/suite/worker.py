@@ -137,7 +137,8 @@ def main(argv):
     planted = _injection(world.rank)
     plants = _plants()
 
-    from ..replay.replay import Replay, ReplayResult
+    from ..replay.replay import Replay
+    from ..replay.state import ReplayResult
     from ..findings.verdict import Finding
     for line in sys.stdin:
         job = json.loads(line)
