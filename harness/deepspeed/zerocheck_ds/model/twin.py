@@ -59,6 +59,21 @@ def deepspeed_training(stage, gas_scaling):
                     step_without_gradient=True)
 
 
+def reduce_gradients(grads, world_size, divide_before_sum):
+    """Reduces per-rank gradients (None: the rank had none) in rank order: sum_r fl(g_r / N)
+    (DeepSpeed) or fl(sum_r g_r) / N (zerocheck, plain PyTorch); None where no rank had one. A
+    repro script's one-engine twin carries this function (repro_runtime.Twin)."""
+    total = None
+    for g in grads:
+        if g is None:
+            continue
+        part = g.div(world_size) if divide_before_sum else g
+        total = part.clone() if total is None else total.add_(part)
+    if total is not None and not divide_before_sum:
+        total = total.div(world_size)
+    return total
+
+
 class DenseTwin:
     """A single-copy model trained as `training` says, over `world_size` micro-batches per forward.
 
@@ -231,16 +246,7 @@ class DenseTwin:
         self._add(self._magnitude, name, torch.stack(terms).sum(0))
 
     def _reduce(self, grads):
-        """Reduces per-rank gradients (None: the rank had none) in rank order."""
-        total = None
-        for g in grads:
-            if g is None:
-                continue
-            part = g.div(self.world_size) if self.training.divide_before_sum else g
-            total = part.clone() if total is None else total.add_(part)
-        if not self.training.divide_before_sum:
-            total = total.div(self.world_size)
-        return total
+        return reduce_gradients(grads, self.world_size, self.training.divide_before_sum)
 
     @staticmethod
     def _add(into, name, grad):

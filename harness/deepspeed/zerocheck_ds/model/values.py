@@ -4,6 +4,10 @@ Comparison is type-strict, like the C++ AttrValue: 1 is not 1.0, not True and no
 a list is not a tuple, a tensor equals only a plain float32 CPU tensor of the same shape and
 elements. Anything an engine put in place of the user's value is rendered for the verdict
 without reading parameter data (an upstream engine may have emptied or moved it).
+
+`same`, `same_plain`, `show`, `show_plain` and ABSENT are the rules a repro script carries too:
+they take live objects, need only torch, and the script writer copies their source
+(repro_runtime.definitions). The replay compares a scenario literal with same_literal.
 """
 
 import json
@@ -15,17 +19,10 @@ from ..scenario.scenario import TensorLiteral
 
 # Values an engine leaves on a user's attribute can be anything; keep the verdict readable.
 _MAX_RENDERED_ELEMENTS = 64
-_MAX_REPR_CHARS = 200
 
 
-class _Absent:
-    """The attribute does not exist (never written, or deleted by the user)."""
-
-    def __repr__(self):
-        return "<absent>"
-
-
-ABSENT = _Absent()
+# The attribute does not exist (never written, or deleted by the user): a value of its own kind.
+ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
 
 
 def to_live(literal):
@@ -37,26 +34,47 @@ def to_live(literal):
     return literal
 
 
+def same_literal(literal, actual):
+    """Returns whether `actual` (a live object) equals the scenario's `literal`, type included."""
+    return same(to_live(literal), actual)
+
+
 def same(expected, actual):
-    """Returns whether `actual` (a live object) equals the literal `expected`, type included."""
-    if expected is ABSENT or expected is None:
-        return actual is expected
-    if isinstance(expected, TensorLiteral):
-        return _same_tensor(expected, actual)
-    if isinstance(expected, tuple):
-        return (type(actual) is list and len(actual) == len(expected)
-                and all(same(e, a) for e, a in zip(expected, actual)))
-    return type(actual) is type(expected) and actual == expected
+    """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor
+    (anything else differs and its data is never read: it may be a partitioned parameter or
+    live on a GPU)."""
+    if isinstance(expected, torch.Tensor):
+        return (type(actual) is torch.Tensor and actual.dtype == torch.float32 and actual.device.type
+                == "cpu" and actual.shape == expected.shape and torch.equal(actual, expected))
+    if type(expected) is list:
+        return type(actual) is list and len(actual) == len(expected) and all(map(same, expected, actual))
+    return same_plain(expected, actual)
 
 
-def _same_tensor(expected, actual):
-    # Only a plain CPU float32 tensor can be the user's value; anything else differs, and its
-    # data is never read (it may be a partitioned parameter or live on a GPU).
-    if type(actual) is not torch.Tensor or actual.dtype != torch.float32:
-        return False
-    if actual.device.type != "cpu" or tuple(actual.shape) != expected.shape:
-        return False
-    return torch.equal(actual, to_live(expected))
+def same_plain(expected, actual):
+    """same() for a value that is no tensor or list: ABSENT and None are only themselves."""
+    plain = expected is not ABSENT and expected is not None
+    return actual is expected or plain and type(actual) is type(expected) and actual == expected
+
+
+def show(value, depth=0):
+    """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
+    if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
+        return f"tensor({value.tolist()}, dtype={value.dtype})"
+    if type(value) is list and depth < 8:
+        return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
+    try:
+        return show_plain(value)
+    except Exception as e:  # a foreign object's repr may itself fail
+        return f"<repr failed: {type(e).__name__}>"
+
+
+def show_plain(value):
+    """show() where the user wrote no tensor or list: any other tensor by its shape only. A repr
+    that fails raises (the checks show what they read inside their own try)."""
+    text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
+            f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def to_json(value, depth=0):
@@ -93,11 +111,7 @@ def _type_name(value):
 
 
 def _safe_repr(value):
-    try:
-        text = repr(value)
-    except Exception as e:  # a foreign object's repr may itself fail
-        text = f"<repr failed: {type(e).__name__}>"
-    return text if len(text) <= _MAX_REPR_CHARS else text[:_MAX_REPR_CHARS] + "..."
+    return show(value, depth=8)  # no tensor here: repr, cut at 200 characters, failing safely
 
 
 def describe(value):

@@ -10,6 +10,9 @@ batches and I5 are repro_runtime.py's, RouteCursor tree.py's, copied from there.
 """
 
 import copy
+import os
+import socket
+import sys
 
 import torch.nn.functional as F
 
@@ -22,7 +25,8 @@ CONFIG = {}
 PLAIN = False
 deepspeed = None
 user_optimizer = None
-STEP_GLOBALS = {"model", "CONFIG", "PLAIN", "deepspeed", "user_optimizer"}
+WORLD_SIZE = 1
+STEP_GLOBALS = {"model", "CONFIG", "PLAIN", "deepspeed", "user_optimizer", "WORLD_SIZE"}
 
 # The engines: (engine, target, optimizer) for every initialize a correct engine accepts, and the
 # engines of repeats a correct engine would have refused; the pending forward's loss and the engine
@@ -32,6 +36,65 @@ accepted_repeats = []
 loss = None
 loss_engine = None
 backward_since_step = False
+
+
+class StandInEngine:
+    """Under --plain: the model itself and the user's optimizer, what a correct engine must look
+    like (a script carries only the methods its operations call)."""
+
+    def __init__(self, module, optimizer, registry):
+        self.module, self.optimizer, self._registry = module, optimizer, registry
+
+    def __call__(self, *inputs):
+        return self.module(*inputs)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def step(self):
+        if self.optimizer is not None:
+            self.optimizer.step()
+
+    def zero_grad(self):
+        if self.optimizer is not None:
+            self.optimizer.zero_grad()
+        else:
+            self.module.zero_grad()
+
+    def destroy(self):
+        self._registry[:] = [e for e in self._registry if e is not self]
+
+
+class StandInDeepSpeed:
+    """Stands in for `deepspeed` under --plain (a repeat a correct engine refuses is never asked
+    of it: repeat_initialize)."""
+
+    def __init__(self):
+        self.live = []
+
+    def initialize(self, model, optimizer, config):
+        engine = StandInEngine(model, optimizer, self.live)
+        self.live.append(engine)
+        return engine, optimizer, None, None
+
+
+def import_deepspeed():
+    """deepspeed, with the environment deepspeed.initialize wants on one rank (without it, it
+    goes looking for MPI); exit 2 where it does not import: that is no reproduction."""
+    try:
+        import deepspeed
+    except Exception as e:
+        print(f"cannot import deepspeed: {type(e).__name__}: {e} (try --plain)", file=sys.stderr)
+        sys.exit(2)
+    if WORLD_SIZE == 1:
+        if "MASTER_PORT" not in os.environ:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+        for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                            ("MASTER_ADDR", "127.0.0.1")):
+            os.environ.setdefault(name, value)
+    return deepspeed
 
 
 def root_engine():

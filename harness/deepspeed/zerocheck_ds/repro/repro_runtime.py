@@ -1,6 +1,11 @@
-"""What every repro script runs: failures, the value rules (`same`, `show`), the I1, I2 and I5
-checks (the I5 fingerprint and DeepSpeed's refusal rule, which the replay uses too), the
---plain stand-ins, the seeded values and the verdict.
+"""What every repro script runs: failures, the I1, I2 and I5 checks, the --plain stand-ins, the
+one-engine dense twin and the verdict. The rules they share with the replay are imported from
+where they are defined, and copied from there too: the value rules (`same`, `show`:
+model/values.py), the gradient reduction (model/twin.py), the owner rule (scenario/placement.py),
+the placed-module lookup (oracles/oracles.py), the I5 fingerprint and DeepSpeed's refusal rule
+(oracles/fingerprint.py). One rule has a second, compact form here: the seeded values, element by
+element (seeded.py's functions copied would cost a script 20 to 40 lines of its size budget),
+held to seeded.py bit for bit by tests/test_repro_runtime.py.
 
 Real, tested code (tests/test_repro_runtime.py) that repro_script.py and repro_straight.py copy
 into a script with inspect.getsource, definition by definition, only the ones the script uses
@@ -27,11 +32,13 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ..model.twin import reduce_gradients
+from ..model.values import ABSENT, same, same_plain, show, show_plain
 from ..oracles.fingerprint import fingerprint, fingerprint_changes, is_refusal
+from ..oracles.oracles import placed_module
+from ..scenario.placement import owner_rank
 
 
-# The attribute does not exist (the user deleted it): a value of its own kind, shown as <absent>.
-ABSENT = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
 ERRORS = (Exception, SystemExit)  # a library's sys.exit() is a failure to report, not our exit
 
 # The script's globals (it defines its own; these let the module import and be tested).
@@ -81,42 +88,6 @@ def skipped(op_index, why):
     print(f"{PREFIX}op {op_index}: skipped ({why})", flush=True)
 
 
-def show(value, depth=0):
-    """One line, never reading a parameter's data (an engine may have emptied or moved it)."""
-    if type(value) is torch.Tensor and value.device.type == "cpu" and value.numel() <= 64:
-        return f"tensor({value.tolist()}, dtype={value.dtype})"
-    if type(value) is list and depth < 8:
-        return "[" + ", ".join(show(v, depth + 1) for v in value) + "]"
-    try:
-        return show_plain(value)
-    except Exception as e:  # a foreign object's repr may itself fail
-        return f"<repr failed: {type(e).__name__}>"
-
-
-def show_plain(value):
-    """show() where the user wrote no tensor or list: any other tensor by its shape only. A repr
-    that fails raises (the checks show what they read inside their own try)."""
-    text = (f"{type(value).__name__}(shape={list(value.shape)}, dtype={value.dtype}, device="
-            f"{value.device})" if isinstance(value, torch.Tensor) else repr(value))
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def same(expected, actual):
-    """Type-strict: 1 is not 1.0 nor True, and a tensor equals only a plain float32 CPU tensor."""
-    if isinstance(expected, torch.Tensor):
-        return (type(actual) is torch.Tensor and actual.dtype == torch.float32 and actual.device.type
-                == "cpu" and actual.shape == expected.shape and torch.equal(actual, expected))
-    if type(expected) is list:
-        return type(actual) is list and len(actual) == len(expected) and all(map(same, expected, actual))
-    return same_plain(expected, actual)
-
-
-def same_plain(expected, actual):
-    """same() for a value that is no tensor or list: ABSENT and None are only themselves."""
-    plain = expected is not ABSENT and expected is not None
-    return actual is expected or plain and type(actual) is type(expected) and actual == expected
-
-
 def trainable(module):
     return [p for p in module.parameters() if p.requires_grad]
 
@@ -141,16 +112,14 @@ def check_owner_by_attr(op_index):
     """I2: the owner from the user's attribute equals the owner from the live module."""
     for path, original in placed.items():
         user_value = user_attrs.get((path, "", PLACEMENT_ATTR), ABSENT)
-        try:
-            live = model.get_submodule(path)
-            value = getattr(live, PLACEMENT_ATTR, ABSENT) if live is original else None
-            why = (f"live {PLACEMENT_ATTR}={show(value)}" if live is original
-                   else f"the user's module at this path was replaced by a {type(live).__name__}")
-        except Exception as e:  # the module is gone, or reading its attribute raised
-            value, why = None, f"reading {PLACEMENT_ATTR} there raised {type(e).__name__}: {e}"
-        # The policy: an expert's owner rank is its PLACEMENT_ATTR mod the scenario's world size.
-        expected, actual = (v % SCENARIO_WORLD_SIZE if type(v) is int else None
-                            for v in (user_value, value))
+        live, why = placed_module(model, path, original)
+        value = None
+        try:  # reading the attribute may raise (an engine's descriptor)
+            value = ABSENT if live is None else getattr(live, PLACEMENT_ATTR, ABSENT)
+            why = why or f"live {PLACEMENT_ATTR}={show(value)}"
+        except Exception as e:
+            why = f"reading {PLACEMENT_ATTR} there raised {type(e).__name__}: {e}"
+        expected, actual = (owner_rank(v, SCENARIO_WORLD_SIZE) for v in (user_value, value))
         if expected != actual:
             fail("I2", op_index, PLACEMENT_ATTR, str(expected), str(actual),
                  f"module {path!r}: owner rank {expected} (user's {PLACEMENT_ATTR}="
@@ -161,12 +130,8 @@ def check_owner_by_map(op_index):
     """I2: which rank holds a module is not observable here; what the map promises the user is
     that each path still names the module they placed."""
     for path, original in placed.items():
-        try:
-            live = model.get_submodule(path)
-            why = f"the user's module at this path was replaced by a {type(live).__name__}"
-        except Exception as e:
-            live, why = None, f"no module at this path any more: {type(e).__name__}"
-        if live is not original:
+        live, why = placed_module(model, path, original)
+        if live is None:
             expected = f"rank {OWNERS[path]}, the user's module"
             fail("I2", op_index, None, expected, "None", f"module {path!r}: owner rank "
                  f"{expected} (placement map) became None ({why})", once=("I2", path))
@@ -237,10 +202,10 @@ class DataParallelEngine(PlainEngine):
 class Twin:
     """The dense twin of a script that trains through the root's engine with
     gradient_accumulation_steps 1 (twin.py's DenseTwin for that case): every rank's micro-batch
-    through one copy, each rank's gradient reduced as the engine reduces it (DeepSpeed: each / N,
-    summed in rank order; a parameter without gradient stepped with zeros; gradients start afresh
-    after each step, zero_grad changes nothing. Plain PyTorch: summed, then / N; a parameter
-    without gradient not stepped; zero_grad drops them), the optimizer stepping whole tensors."""
+    through one copy, each rank's gradient reduced as the engine reduces it (twin.py's
+    reduce_gradients; DeepSpeed: a parameter without gradient stepped with zeros, gradients start
+    afresh after each step, zero_grad changes nothing. Plain PyTorch: a parameter without gradient
+    not stepped; zero_grad drops them), the optimizer stepping whole tensors."""
 
     def __init__(self, module, optimizer, deepspeed):
         self.module, self.optimizer, self.deepspeed = module, optimizer, deepspeed
@@ -260,12 +225,8 @@ class Twin:
                  for loss in self.losses]
         self.losses = []
         for i, (name, _) in enumerate(self.params):
-            total = None
-            for g in (g[i] for g in grads if g[i] is not None):
-                part = g / WORLD_SIZE if self.deepspeed else g
-                total = part.clone() if total is None else total.add_(part)
+            total = reduce_gradients([g[i] for g in grads], WORLD_SIZE, self.deepspeed)
             if total is not None:
-                total = total if self.deepspeed else total / WORLD_SIZE
                 self.reduced[name] = total if name not in self.reduced else self.reduced[name] + total
 
     def step(self):

@@ -47,7 +47,7 @@ from ..scenario.scenario import load_scenario
 from . import general_steps, repro_runtime, repro_straight, repro_twin
 from .script_parts import (OWNER_CHECKS, TWIN_INVARIANTS, build_section, comment, copied_section,
                            header_section, module_expression, names_used, optimizer_source, rule,
-                           verdict_section, without_unused, write_block)
+                           verdict_section, without_methods, without_unused, write_block)
 
 # The script checks what needs no dense twin; an I3 or I6 finding gets one where repro_twin.py's
 # form takes its scenario (scripts_for); I3 and I6 elsewhere, I4 and I9 get a minimal scenario and
@@ -88,15 +88,17 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
                                           or "release" in plan.ops_used)
     # The script's own steps first; then only the definitions they use are copied in (from
     # tree.py and repro_runtime.py), and only the modules they name are imported.
-    settings, engine = _settings(plan, stage), _engine(plan)
-    steps = [build_section(plan), _operations(plan), verdict_section(target)]
-    steps.insert(0, _operation_helpers(plan, _names_read("\n".join([settings, engine] + steps))))
-    used = names_used("\n".join([settings, engine] + steps))
+    # The engine comes before the model is built (DeepSpeed imported first, as a user's script
+    # does), after the definitions it needs.
+    settings = _settings(plan, stage)
+    steps = [_engine(plan), build_section(plan), _operations(plan), verdict_section(target)]
+    steps.insert(0, _operation_helpers(plan, _names_read("\n".join([settings] + steps))))
+    used = names_used("\n".join([settings] + steps))
     copied = [copied_section("the model's classes (every module maps FEATURES -> FEATURES)", tree,
                              used),
               copied_section("failures, the checks and the seeded values of parameters and data",
                              repro_runtime, used)]
-    body = without_unused([settings, engine] + copied + steps)
+    body = without_unused([settings] + copied + steps)
     sections = [header_section(plan, target, script_name, "\n".join(body), stage,
                                produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
@@ -246,76 +248,17 @@ PREFIX = f"[rank {{RANK}}] " if WORLD_SIZE > 1 else ""'''
 
 
 def _engine(plan):
-    """The engine section: DeepSpeed, or the pass-through stand-in with only the methods the
-    operations call (a repeat a correct engine refuses never reaches it: repeat_initialize)."""
-    methods = {"__init__": True, "__call__": plan.runs_forward,
-               **{method: op in plan.ops_used for method, op in _METHOD_OPS.items()}}
-    plain = "\n\n".join(_PLAIN_METHODS[m] for m, wanted in methods.items() if wanted)
-    return _ENGINE.format(plain_methods=plain.rstrip("\n"))
+    """The engine section: DeepSpeed, or the pass-through stand-in (general_steps.py's, copied
+    with _operation_helpers, with only the methods the operations call)."""
+    return (rule("the engine: DeepSpeed, or a pass-through stand-in under --plain") + "\n\n"
+            + "deepspeed = StandInDeepSpeed() if PLAIN else import_deepspeed()")
 
 
-# The pass-through engine's methods named like operations, and the operation that calls each.
-_METHOD_OPS = schema.some("ops", {"backward": "backward", "step": "step", "zero_grad": "zero_grad",
-                                  "destroy": "release"})
-
-_PLAIN_METHODS = {
-    "__init__": """        def __init__(self, module, optimizer, registry):
-            self.module, self.optimizer, self._registry = module, optimizer, registry""",
-    "__call__": """        def __call__(self, *inputs):
-            return self.module(*inputs)""",
-    **schema.some("ops", {"backward": """        def backward(self, loss):
-            loss.backward()""",
-    "step": """        def step(self):
-            if self.optimizer is not None:
-                self.optimizer.step()""",
-    "zero_grad": """        def zero_grad(self):
-            if self.optimizer is not None:
-                self.optimizer.zero_grad()
-            else:
-                self.module.zero_grad()""",
-    "destroy": """        def destroy(self):
-            self._registry[:] = [e for e in self._registry if e is not self]""",
-    }),
-}
-
-_ENGINE = '''
-# ---- the engine: DeepSpeed, or a pass-through stand-in under --plain -------------------------
-
-if PLAIN:
-    class PlainEngine:
-        """The model itself and the user's optimizer: what a correct engine must look like."""
-
-{plain_methods}
-
-    class PlainDeepSpeed:
-        """Stands in for `deepspeed` (a repeat a correct engine refuses is never asked of it)."""
-
-        def __init__(self):
-            self.live = []
-
-        def initialize(self, model, optimizer, config):
-            engine = PlainEngine(model, optimizer, self.live)
-            self.live.append(engine)
-            return engine, optimizer, None, None
-
-    deepspeed = PlainDeepSpeed()
-else:
-    try:
-        import deepspeed
-    except Exception as e:  # not a reproduction: say so, with the usage exit code
-        print(f"cannot import deepspeed: {{type(e).__name__}}: {{e}} (try --plain)", file=sys.stderr)
-        sys.exit(2)
-    if WORLD_SIZE == 1:
-        # deepspeed.initialize wants torch.distributed even on one rank; without this
-        # environment it goes looking for MPI.
-        if "MASTER_PORT" not in os.environ:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-        for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
-                            ("MASTER_ADDR", "127.0.0.1")):
-            os.environ.setdefault(name, value)
-'''
+# The stand-in engine's methods, each with whether a plan's script calls it.
+STAND_IN_METHODS = {"__init__": lambda plan: True, "__call__": lambda plan: plan.runs_forward,
+                    **{method: (lambda plan, op=op: op in plan.ops_used) for method, op in
+                       schema.some("ops", {"backward": "backward", "step": "step",
+                                           "zero_grad": "zero_grad", "destroy": "release"}).items()}}
 
 
 def _names_read(text):
@@ -336,6 +279,8 @@ def _operation_helpers(plan, used):
                | elsewhere - set(repro_runtime.definitions(general_steps, imported=False)))
     steps = repro_runtime.source(sorted(used & set(repro_runtime.definitions(general_steps))),
                                  general_steps, exclude, forms)
+    steps = without_methods(steps, "StandInEngine",
+                            [m for m, wanted in STAND_IN_METHODS.items() if wanted(plan)])
     checks = ["check_user_attrs(op_index)"]
     if plan.placement.kind != "none":
         checks.append(f"{OWNER_CHECKS[plan.placement.kind]}(op_index)")

@@ -59,6 +59,20 @@ def names_used(text):
     return loaded - bound
 
 
+def without_methods(text, class_name, keep):
+    """`text` with the methods of its class `class_name` that are not in `keep` removed (a
+    script's copy of a class holds only the methods the script calls); as it was where the text
+    defines no such class."""
+    drop = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name not in keep:
+                    drop.update(range(method.lineno - 1, method.end_lineno))
+    lines = [line for i, line in enumerate(text.split("\n")) if i not in drop]
+    return re.sub(r"\n\n\n+(    def )", r"\n\n\1", "\n".join(lines))
+
+
 def without_unused(sections):
     """The sections as one text without the top-level definitions and assignments nothing else
     reads (generic state and helpers this scenario does not need), until none is left."""
