@@ -1,23 +1,36 @@
-"""Issue drafts: the minimal script inline whatever its length, and where no
-bisection ran, the exact bisect command that finds the first bad commit."""
+"""Issue drafts: one per bug (root causes that KNOWN_UPSTREAM.md calls one bug merged), titled in
+plain words, the analysis its "why", the script inline only when the suite verified it, no path of
+the machine that wrote it, and a first bad commit only when a bisection ran."""
 
+import json
 import os
 import tempfile
 import unittest
 
 from . import support  # noqa: F401  (puts zerocheck_ds on the path)
 
-from zerocheck_ds.findings.issue_drafts import draft
+from zerocheck_ds.findings.issue_drafts import bug_table, draft, draft_path, write_all
 
-SUMMARY = {"adapter": "deepspeed", "world_size": 2, "stage": 3,
+SUMMARY = {"adapter": "deepspeed", "world_size": 2, "stage": 3, "deepspeed_tree": "/work/ds",
            "versions": {"engine": "0.14.5", "torch": "1.13.0", "python": "3.11.2"}}
+STALE = "ZeRO-3: a parameter that gets no gradient in a step is updated with its previous gradient"
+TABLE = {"cause A": {"bug": STALE, "why": "Stale gradient: the buffer is never cleared.",
+                     "verdict": "DeepSpeed bug"},
+         "cause B": {"bug": STALE, "why": "The same buffer, seen by the loss.",
+                     "verdict": "DeepSpeed bug"}}
+MACHINE_PATHS = ("/work", "/tmp", "/home", "/usr")
 
 
-def cause(**fields):
-    found = {"example": {"invariant": "I1", "attribute": "id", "expected": 5, "actual": 1,
-                         "message": "module '0' attribute 'id': expected 5, got 1"},
-             "location": None, "signatures": ["I1 id"], "count": 1, "scenarios": ["s"],
-             "replay_command": "zerocheck upstream ..."}
+def cause(title="cause A", **fields):
+    found = {"id": title.replace(" ", "-"), "title": title,
+             "example": {"invariant": "I3", "expected": 0.25, "actual": 0.2321,
+                         "message": "step 2: value of 'a.weight' differs: expected 0.25, got "
+                                    "0.2321 (raised at /work/shared/deepspeed/v0.14.5/deepspeed/"
+                                    "runtime/zero/stage3.py:947)",
+                         "exception": 'File "/usr/lib/python3/dist-packages/torch/nn/module.py",'
+                                      ' line 1 in /tmp/x/run'},
+             "location": None, "signatures": [f"I3 step: {title}"], "count": 1,
+             "scenarios": ["s"], "replay_command": "zerocheck upstream --scenarios /tmp/s.json"}
     found.update(fields)
     return found
 
@@ -29,27 +42,95 @@ class Drafts(unittest.TestCase):
         self.script = os.path.join(self._tmp.name, "repro", "s.py")
         os.makedirs(os.path.dirname(self.script))
         with open(self.script, "w", encoding="utf-8") as f:
-            f.write("print('line')\n" * 500)  # longer than any budget: inlined all the same
-        self.minimal = {"repro": self.script, "repro_command": f"python3 {self.script}",
-                        "after": {"world_size": 2}}
+            f.write("#!/usr/bin/env python3\n" + "print('line')\n" * 500)  # inlined whatever its length
+        self.scenario = os.path.join(self._tmp.name, "minimal.json")
+        with open(self.scenario, "w", encoding="utf-8") as f:
+            json.dump({"world_size": 2, "ops": [{"op": "step"}]}, f)
 
-    def test_the_script_is_inline_and_the_bisect_command_is_filled_in(self):
-        text = draft(cause(minimal=self.minimal), SUMMARY)
+    def minimal(self, verified, why=None):
+        return {"repro": self.script, "scenario": self.scenario, "reproducible": True,
+                "repro_command": f"cd /work/x && python3 {self.script}",
+                "after": {"world_size": 2},
+                "script_check": {"tree": {"printed": "REPRODUCED"},
+                                 "plain": {"printed": "NOT REPRODUCED"},
+                                 "verified": verified, "why": why}}
+
+    def test_two_root_causes_of_one_bug_give_one_draft_titled_in_plain_words(self):
+        summary = dict(SUMMARY, root_causes=[cause("cause A"), cause("cause B"), cause("cause C")])
+        paths = write_all(summary, self._tmp.name, TABLE)
+        self.assertEqual(len(paths), 2)  # A and B are one bug; C, untriaged, is its own
+        self.assertEqual(paths[0], draft_path(self._tmp.name, cause("cause B"), TABLE))
+        with open(paths[0], encoding="utf-8") as f:
+            text = f.read()
+        self.assertEqual(text.splitlines()[0], f"# {STALE}")
+        for needle in ("`cause A`", "`cause B`", "Stale gradient: the buffer is never cleared.",
+                       "The same buffer, seen by the loss.", "expected: `0.25`",
+                       "actual: `0.2321`", "DeepSpeed 0.14.5", "torch 1.13.0, Python 3.11.2"):
+            self.assertIn(needle, text)
+        self.assertNotIn("I3 step", text.splitlines()[0])  # not an internal signature
+
+    def test_no_draft_names_a_path_of_the_machine_or_a_command_of_ours(self):
+        for minimal in (self.minimal(True), self.minimal(False, "plain: REPRODUCED in /tmp/r")):
+            text = draft([cause(minimal=minimal)], SUMMARY, TABLE)
+            for path in MACHINE_PATHS:
+                self.assertNotIn(path, text)
+            self.assertNotIn("zerocheck upstream", text)
+            self.assertNotIn("shims", text)
+            self.assertIn("deepspeed/runtime/zero/stage3.py:947", text)  # the package's own path
+
+    def test_a_verified_script_is_inline(self):
+        text = draft([cause(minimal=self.minimal(True))], SUMMARY, TABLE)
         self.assertEqual(text.count("print('line')"), 500)
-        self.assertIn(f"zerocheck upstream bisect --repo <DeepSpeed checkout> --good <rev> --bad "
-                      f"v0.14.5 --repro {self.script} --world 2", text)
+        self.assertIn("python3 s.py", text)
+        self.assertNotIn("No verified script", text)
+
+    def test_an_unverified_script_is_not_inline_and_the_draft_says_why(self):
+        for minimal, why in ((self.minimal(False, "with --plain it printed REPRODUCED"),
+                              "with --plain it printed REPRODUCED"),
+                             (dict(self.minimal(True), script_check=None),
+                              "did not run the script"),
+                             ({k: v for k, v in self.minimal(True).items()
+                               if k != "script_check"}, "did not run the script")):
+            text = draft([cause(minimal=minimal)], SUMMARY, TABLE)
+            self.assertNotIn("print('line')", text)
+            self.assertIn("No verified script", text)
+            self.assertIn(why, text)
+            self.assertIn('"op": "step"', text)  # the minimal scenario instead
+
+    def test_a_first_bad_commit_only_when_a_bisection_ran(self):
+        self.assertNotIn("first bad commit", draft([cause()], SUMMARY, TABLE).lower())
+        text = draft([cause(first_bad_commit="abc123 zero: number modules")], SUMMARY, TABLE)
+        self.assertIn("## First bad commit\n\nabc123 zero: number modules", text)
+
+    def test_a_commit_only_as_the_summary_records_it(self):
+        self.assertNotIn("commit", draft([cause()], SUMMARY, TABLE).split("## Reproduce")[0]
+                         .split("## Environment")[1])
         with_commit = dict(SUMMARY, versions=dict(SUMMARY["versions"], commit="eb07d41f9"))
-        self.assertIn("--bad eb07d41f9 --repro", draft(cause(minimal=self.minimal), with_commit))
+        self.assertIn("DeepSpeed 0.14.5 (commit eb07d41f9)", draft([cause()], with_commit, TABLE))
 
-    def test_a_known_first_bad_commit_replaces_the_command(self):
-        text = draft(cause(minimal=self.minimal, first_bad_commit="abc123 zero: number modules"),
-                     SUMMARY)
-        first_bad = text.split("## First bad commit", 1)[1].split("##", 1)[0]
-        self.assertIn("abc123 zero: number modules", first_bad)
-        self.assertNotIn("zerocheck upstream bisect", first_bad)
+    def test_a_draft_that_cannot_be_written_costs_only_that_draft(self):
+        broken = cause("cause C", example=None)  # no example: the writer raises on it
+        summary = dict(SUMMARY, root_causes=[broken, cause("cause A")])
+        paths = write_all(summary, self._tmp.name, TABLE)
+        self.assertEqual(len(paths), 2)
+        with open(paths[0], encoding="utf-8") as f:
+            self.assertIn("could not be written", f.read())
 
-    def test_without_a_script_it_says_how_to_get_one(self):
-        self.assertIn("--shrink", draft(cause(), SUMMARY))
+
+class KnownUpstreamBugs(unittest.TestCase):
+    """The bug column of the real KNOWN_UPSTREAM.md: the rows one bug shares, the why read from it."""
+
+    def test_rows_that_are_one_bug_share_its_title(self):
+        table = bug_table()
+        self.assertGreater(len(table), 30)
+        self.assertTrue(all(row["bug"] and row["why"] for row in table.values()))
+        reinit = {row["bug"] for title, row in table.items() if "stage3.py __init__()" in title
+                  or title == "I5 initialize: repeated initialize accepted"}
+        self.assertEqual(len(reinit), 1)
+        gloo = {table[t]["bug"] for t in ("I9 step: whole_copy", "I9 save: whole_copy")}
+        self.assertEqual(len(gloo), 1)
+        self.assertIn(STALE, {row["bug"] for row in table.values()})
+        self.assertFalse([row["bug"] for row in table.values() if ".py" in row["bug"]])  # plain
 
 
 if __name__ == "__main__":

@@ -1,132 +1,320 @@
-"""Issue drafts: OUT/issues/<root cause>.md, one per root cause, ready to paste upstream.
+"""Issue drafts: OUT/issues/<bug>.md, one per distinct bug, ready to paste upstream.
 
-Each says what was run (DeepSpeed version and commit when the package says, torch, Python, world
-size, ZeRO stage), what was expected and what happened, where in DeepSpeed (provenance.py), how
-to reproduce it (the standalone script inline when --shrink wrote one, else the minimal or
-original scenario and the replay command), the first bad commit when a bisection found it (else
-the bisect command that finds it, filled in with what is known), and the upstream issues
-KNOWN_UPSTREAM.md relates to it.
+A bug is KNOWN_UPSTREAM.md's `bug` column: the root causes whose rows hold the same title are one
+bug, and its one draft lists them all; an untriaged root cause is a bug of its own. A draft holds
+the bug's title in plain words, what the user sees, expected and actual, the analysis (the row's
+"why": one source for the catalogue and the drafts), the versions, the standalone script inline
+only when the suite ran it and saw it reproduce on the tree and not with --plain (else the
+minimal scenario and why there is no script), the control's result, the first bad commit only
+when a bisection found one, and the related upstream issues.
+
+A draft is for a maintainer who has neither this machine nor zerocheck: no absolute path of the
+machine that wrote it and no command of ours goes in (_public rewrites the paths a traceback or
+message carries).
 """
 
 import json
 import os
+import platform
+import re
 
+from .root_causes import KNOWN_UPSTREAM
+from .signatures import slug
 from .verdict import NEW_INVARIANTS
 
+_BUG_TABLE_HEAD = "| root cause |"
 
-def write_all(summary, out_dir):
-    """Writes a draft per open root cause of `summary`; returns their paths."""
-    folder = os.path.join(out_dir, "issues")
-    written = []
+
+def bug_table(path=KNOWN_UPSTREAM):
+    """{root cause title: {"bug", "why", "verdict"}} from KNOWN_UPSTREAM.md's tables whose header
+    names a `bug` column (cells read by the header's names, so a column added keeps this right)."""
+    table = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return table
+    header = None
+    for line in lines:
+        if line.startswith(_BUG_TABLE_HEAD):
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+            continue
+        if not line.startswith("|"):
+            header = None
+        if not header or "bug" not in header or not line.startswith("| `"):
+            continue
+        cells = dict(zip(header, (c.strip() for c in line.strip().strip("|").split("|"))))
+        title = cells["root cause"].strip("`")
+        table[title] = {"bug": cells["bug"], "why": cells.get("why", ""),
+                        "verdict": cells.get("verdict", "")}
+    return table
+
+
+def bug_title(cause, table):
+    """The plain title of the bug `cause` is: its KNOWN_UPSTREAM.md row's, else one made from it."""
+    row = table.get(cause["title"])
+    if row and row["bug"]:
+        return row["bug"]
+    example = cause["example"]
+    if example["invariant"] == "I1" and not example.get("exception"):
+        on = "parameters" if example.get("param") else "modules"
+        return f"ZeRO-3 overwrites attributes the user set on {on} (`{example.get('attribute')}`)"
+    return cause["signatures"][0]
+
+
+def draft_path(out_dir, cause, table):
+    """Where the draft of `cause`'s bug goes: named by the bug (shared by its root causes), or
+    by the root cause's own id when it is untriaged."""
+    row = table.get(cause["title"])
+    name = slug(row["bug"]) if row and row["bug"] else cause["id"]
+    return os.path.join(out_dir, "issues", f"{name}.md")
+
+
+def write_all(summary, out_dir, table=None):
+    """Writes one draft per open bug of `summary` (its root causes merged); returns their paths.
+    A draft that cannot be written costs that draft, said in its place, never the run."""
+    table = bug_table() if table is None else table
+    bugs = {}  # draft path -> the root causes that are that bug, in the summary's order
     for cause in summary["root_causes"]:
         if cause.get("baseline") == "fixed":
             continue
-        os.makedirs(folder, exist_ok=True)
-        with open(cause["draft"], "w", encoding="utf-8") as f:
-            f.write(draft(cause, summary))
-        written.append(cause["draft"])
+        path = cause.get("draft") or draft_path(out_dir, cause, table)
+        bugs.setdefault(path, []).append(cause)
+    written = []
+    for path, causes in bugs.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            text = draft(causes, summary, table)
+        except Exception as error:  # one draft lost, said in its place; the run goes on
+            text = (f"# {causes[0]['title']}\n\nThis draft could not be written: "
+                    f"{type(error).__name__}: {_public(str(error))}\n")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        written.append(path)
     return written
 
 
-def _title(cause):
-    example = cause["example"]
-    where = (f" in {cause['location']['file']} {cause['location']['function']}()"
-             if cause["location"] else "")
-    if example["invariant"] == "I1" and not example.get("exception"):
-        on = "parameters" if example.get("param") else "modules"
-        return (f"ZeRO-3 overwrites attributes the user set on {on} "
-                f"(`{example.get('attribute')}`){where}")
-    return f"{cause['signatures'][0]}{where}"
+_ABSOLUTE = re.compile(r"(?<![\w.:/-])/(?:[\w.+@-]+/)+[\w.+@-]*")
 
 
-def _versions(summary, cause):
+def _public_path(match):
+    path = match.group(0)
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    at = path.rfind("/deepspeed/")
+    if at >= 0:
+        return path[at + 1:]
+    return ".../" + os.path.basename(path.rstrip("/"))
+
+
+def _public(text):
+    """`text` without absolute paths: DeepSpeed's and installed packages' files by their path
+    inside the package, anything else by its base name."""
+    return _ABSOLUTE.sub(_public_path, str(text))
+
+
+def _os_name():
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}"
+
+
+def _versions(summary, minimal):
     v = summary.get("versions") or {}
-    minimal = (cause.get("minimal") or {}).get("after") or {}
-    shrunk = (f"; the minimal scenario below: world size {minimal['world_size']}"
-              if minimal.get("world_size") not in (None, summary["world_size"]) else "")
+    shrunk = (f"; the minimal scenario below: world size {minimal['after']['world_size']}"
+              if (minimal.get("after") or {}).get("world_size") not in (None, summary["world_size"])
+              else "")
     engine = v.get("engine") or summary.get("adapter_version") or "unknown"
+    # A commit only as the summary records it (the checkout whose top level is the tree): never
+    # guessed from an enclosing repository; without git there is none, and that is no error.
     commit = f" (commit {v['commit']})" if v.get("commit") else ""
-    tree = f", source tree {summary['deepspeed_tree']}" if summary.get("deepspeed_tree") else ""
-    return [f"- {summary['adapter']}: {engine}{commit}{tree}",
-            f"- torch {v.get('torch', 'unknown')}, Python {v.get('python', 'unknown')}",
+    source = " from a source tree" if summary.get("deepspeed_tree") else ""
+    name = "DeepSpeed" if summary.get("adapter") == "deepspeed" else summary.get("adapter")
+    return [f"- {name} {engine}{commit}{source}",
+            f"- torch {v.get('torch', 'unknown')}, Python {v.get('python', 'unknown')}, "
+            f"{v.get('os') or _os_name()}",
             f"- world size {summary['world_size']} (CPU, Gloo), ZeRO stage {summary['stage']}"
             f"{shrunk}"]
 
 
-def _reproduce(cause):
-    minimal = cause.get("minimal")
-    if minimal and minimal.get("repro") and os.path.exists(minimal["repro"]):
+def _signature_entries(causes, summary):
+    wanted = {s for c in causes for s in c["signatures"]}
+    return [g for g in summary.get("signatures", []) if g["signature"] in wanted]
+
+
+def _minimal(causes, summary):
+    """The best minimal entry among the bug's signatures: one whose script the suite verified,
+    else one with a script, else any reproducible one."""
+    entries = [g["minimal"] for g in _signature_entries(causes, summary)
+               if (g.get("minimal") or {}).get("reproducible")]
+    entries += [c["minimal"] for c in causes if c.get("minimal")]
+    for good in (lambda m: (m.get("script_check") or {}).get("verified") is True,
+                 lambda m: m.get("repro"), lambda m: True):
+        for m in entries:
+            if good(m):
+                return m
+    return {}
+
+
+_MACHINE_PATHS = ("/work", "/tmp", "/home", "/usr", "/var", "/root", "/zerocheck")
+
+
+def _unverified_why(minimal, script):
+    check = minimal.get("script_check")
+    if not minimal.get("repro"):
+        return ("the suite wrote no standalone script for this finding (an I3, I4 or I9 finding "
+                "needs the dense twin, or the suite ran without --shrink)")
+    if check is None:
+        return "the suite did not run the script before this draft was written"
+    if not check.get("verified"):
+        return _public(check.get("why") or "running it did not print REPRODUCED on the tree and "
+                                           "NOT REPRODUCED with --plain")
+    if script is None:
+        return "the script the suite verified is no longer there"
+    return "the script names a path of the machine that made it"
+
+
+def _run_line(name, world):
+    if world > 1:
+        return (f"for r in $(seq 0 {world - 1}); do DS_ACCELERATOR=cpu RANK=$r WORLD_SIZE={world} "
+                f"LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 python3 {name} & done; wait")
+    return f"DS_ACCELERATOR=cpu python3 {name}"
+
+
+def _reproduce(causes, summary):
+    minimal = _minimal(causes, summary)
+    script = None
+    if minimal.get("repro") and os.path.exists(minimal["repro"]):
         with open(minimal["repro"], encoding="utf-8") as f:
             script = f.read()
-        lines = [f"Run it (one process per rank): `{minimal['repro_command']}` (it prints REPRODUCED; "
-                 f"with `--plain` the same steps run on plain PyTorch and must not reproduce)."]
-        return lines + ["", f"The script (`{minimal['repro']}`):", "", "```python",
-                        script.rstrip("\n"), "```"]
-    scenario = (minimal or {}).get("scenario")
-    lines = [f"Replay: `{cause['replay_command']}`"]
+    verified = (minimal.get("script_check") or {}).get("verified") is True
+    if script is not None and script.startswith("#!"):  # the run line names python3 itself
+        script = script.split("\n", 1)[1] if "\n" in script else ""
+    if verified and script is not None and not any(p + "/" in script for p in _MACHINE_PATHS):
+        name = os.path.basename(minimal["repro"])
+        world = (minimal.get("after") or {}).get("world_size") or 1
+        return [f"Save the script below as `{name}` and run it (one process per rank):", "",
+                "```sh", _run_line(name, world), "```", "",
+                "It prints REPRODUCED here; with `--plain` (the same steps on plain PyTorch) it "
+                "prints NOT REPRODUCED. The suite ran both before writing this draft.", "",
+                "```python", script.rstrip("\n"), "```"]
+    lines = [f"No verified script: {_unverified_why(minimal, script)}."]
+    scenario = minimal.get("scenario")
     if scenario and os.path.exists(scenario):
         with open(scenario, encoding="utf-8") as f:
             text = json.dumps(json.load(f), indent=1)
-        lines += ["", f"The minimal scenario (`{scenario}`, format: zerocheck "
-                      f"harness/SCENARIO_FORMAT.md):", "", "```json", text, "```"]
+        lines += ["", "The minimal scenario that shows it (zerocheck's scenario format: the model, "
+                      "the world size and the operations in order):", "", "```json",
+                  _public(text), "```"]
+    else:
+        lines += ["", "Scenarios that show it: " + ", ".join(
+            sorted({s for c in causes for s in c["scenarios"]})[:10]) + "."]
     return lines
 
 
-def _first_bad(cause, summary):
-    """The first bad commit when a bisection found it; else the command that finds it, with the
-    revision that showed the finding as --bad and the script as --repro."""
-    if cause.get("first_bad_commit"):
-        return [cause["first_bad_commit"]]
-    script = (cause.get("minimal") or {}).get("repro")
-    if not script:
-        return ["Not bisected, and no standalone script to bisect with (run the suite with "
-                "--shrink to write one)."]
-    v = summary.get("versions") or {}
-    version = str(v.get("engine") or summary.get("adapter_version") or "")
-    bad = v.get("commit") or (f"v{version}" if version[:1].isdigit() else "<a revision that "
-                              "reproduces>")
-    world = ((cause.get("minimal") or {}).get("after") or {}).get("world_size") or 1
-    return ["Not bisected yet. In a DeepSpeed git checkout, with a release that does not reproduce "
-            "as --good (the script must print NOT REPRODUCED there):", "", "```sh",
-            f"zerocheck upstream bisect --repo <DeepSpeed checkout> --good <rev> --bad {bad} "
-            f"--repro {script}" + (f" --world {world}" if world > 1 else ""), "```"]
+def _control(causes, summary):
+    controls = [g["control"] for g in _signature_entries(causes, summary) if g.get("control")]
+    if not controls:
+        return ["Not run: the same scenario on plain PyTorch was not replayed for this bug."]
+    same = [c for c in controls if c.get("also_without_engine")]
+    if same:
+        return [f"The same scenario on plain PyTorch fails the same way "
+                f"({len(same)} of {len(controls)} signature(s)): {_public(same[0]['reason'])}"]
+    return [f"The same scenario on plain PyTorch (no DeepSpeed, the dense model) does not show "
+            f"it: {len(controls)} of {len(controls)} signature(s) replayed, none seen."]
 
 
-def draft(cause, summary):
-    example = cause["example"]
-    lines = [f"# {_title(cause)}", "", "## Environment", ""] + _versions(summary, cause)
-    lines += ["", "## Expected and actual", ""]
-    if example.get("expected") is not None or example.get("actual") is not None:
-        lines += [f"- expected: `{json.dumps(example.get('expected'), default=str)}`",
-                  f"- actual: `{json.dumps(example.get('actual'), default=str)}`"]
-    lines += [f"- {example['message']}"]
+def _seen(causes):
+    example = causes[0]["example"]
+    lines = [f"- {_public(c['example']['message'])}" for c in causes[:3]]
     if example.get("exception"):
-        lines += ["", "```", str(example["exception"]).strip()[-3000:], "```"]
-    lines += ["", "## Where", ""]
-    if cause["location"]:
-        loc = cause["location"]
-        verb = "raises" if (example.get("origin") or {}).get("action") == "raised" else "writes"
-        lines.append(f"`{loc['file']}`, `{loc['function']}()` {verb} it (line"
-                     f"{'s' if len(loc['lines']) > 1 else ''} "
-                     f"{', '.join(map(str, loc['lines']))}): the innermost DeepSpeed frame, "
-                     f"recorded by an audit of attribute writes on the user's objects.")
-        code = (example.get("origin") or {}).get("code")
-        if code:
-            lines += ["", "```python", f"# {loc['file']}:{example['origin']['line']}", code, "```"]
-    else:
-        lines.append("No DeepSpeed frame is named: " + (
+        lines += ["", "```", _public(str(example["exception"]).strip()[-3000:]), "```"]
+    return lines
+
+
+def _expected_actual(causes):
+    lines = []
+    for c in causes:
+        e = c["example"]
+        if e.get("expected") is None and e.get("actual") is None:
+            continue
+        lines += [f"- `{_public(c['signatures'][0])}`:",
+                  f"  - expected: `{_public(json.dumps(e.get('expected'), default=str))}`",
+                  f"  - actual: `{_public(json.dumps(e.get('actual'), default=str))}`"]
+    return lines or ["- No values recorded (see what the user sees above)."]
+
+
+def _where(cause):
+    example = cause["example"]
+    loc = cause.get("location")
+    if not loc:
+        return ["No DeepSpeed frame is named: " + (
             "the finding is numeric (the first operation where DeepSpeed and a dense "
             "single-copy model trained on the same numbers part)."
             if example["invariant"] in NEW_INVARIANTS
-            else "the audit saw no write or raise inside the package."))
-    lines += ["", "## Reproduce", ""] + _reproduce(cause)
-    lines += ["", "## First bad commit", ""]
-    lines += _first_bad(cause, summary)
-    lines += ["", "## Related upstream issues", ""]
-    triage = cause.get("triage") or {}
-    lines += [f"- [#{i['number']}]({i['url']})" for i in triage.get("issues", [])] or ["None known."]
-    lines += ["", "## Found by", "",
-              f"zerocheck's upstream suite: {cause['count']} finding(s) in "
-              f"{len(cause['scenarios'])} scenario(s), signatures:"]
-    lines += [f"- `{sig}`" for sig in cause["signatures"]]
+            else "the audit saw no write or raise inside the package.")]
+    verb = "raises" if (example.get("origin") or {}).get("action") == "raised" else "writes"
+    lines = [f"`{loc['file']}`, `{loc['function']}()` {verb} it (line"
+             f"{'s' if len(loc['lines']) > 1 else ''} {', '.join(map(str, loc['lines']))}): the "
+             f"innermost DeepSpeed frame, recorded by an audit of attribute writes on the user's "
+             f"objects."]
+    code = (example.get("origin") or {}).get("code")
+    if code:
+        lines += ["", "```python", f"# {loc['file']}:{example['origin']['line']}", code, "```"]
+    return lines
+
+
+def _analysis(causes, table):
+    whys = []
+    for c in causes:
+        why = (table.get(c["title"]) or {}).get("why") or (c.get("triage") or {}).get("explanation")
+        if why and why not in whys:
+            whys.append(why)
+    lines = []
+    for why in whys:
+        lines += [_public(why), ""]
+    if not whys:
+        lines += ["Not triaged yet (no row in the suite's triage).", ""]
+    lines += ["Where:", ""] + _where(causes[0])
+    return lines
+
+
+def _issues(causes):
+    seen, lines = set(), []
+    for c in causes:
+        for i in (c.get("triage") or {}).get("issues", []):
+            if i["number"] not in seen:
+                seen.add(i["number"])
+                lines.append(f"- [#{i['number']}]({i['url']})")
+    return lines or ["None known."]
+
+
+def draft(causes, summary, table=None):
+    """The draft of one bug; `causes` are its root causes (a single cause is one too)."""
+    if isinstance(causes, dict):
+        causes = [causes]
+    table = bug_table() if table is None else table
+    minimal = _minimal(causes, summary)
+    lines = [f"# {_public(bug_title(causes[0], table))}", "", "## What the user sees", ""] + _seen(causes)
+    lines += ["", "## Expected and actual", ""] + _expected_actual(causes)
+    lines += ["", "## Analysis", ""] + _analysis(causes, table)
+    lines += ["", "## Environment", ""] + _versions(summary, minimal)
+    lines += ["", "## Reproduce", ""] + _reproduce(causes, summary)
+    lines += ["", "## Control", ""] + _control(causes, summary)
+    bisected = [c["first_bad_commit"] for c in causes if c.get("first_bad_commit")]
+    if bisected:  # only a bisection that ran names one
+        lines += ["", "## First bad commit", "", _public(bisected[0])]
+    lines += ["", "## Related upstream issues", ""] + _issues(causes)
+    lines += ["", "## Root causes (one bug)", "",
+              f"Found by zerocheck's upstream suite; the root causes below are this one bug:"]
+    for c in causes:
+        lines.append(f"- `{_public(c['title'])}`: {c['count']} finding(s) in "
+                     f"{len(c['scenarios'])} scenario(s); signatures: "
+                     + "; ".join(f"`{_public(s)}`" for s in c["signatures"]))
     return "\n".join(lines) + "\n"

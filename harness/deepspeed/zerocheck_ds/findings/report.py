@@ -7,7 +7,7 @@ import re
 import time
 from collections import Counter
 
-from . import baseline as baseline_module, root_causes
+from . import baseline as baseline_module, issue_drafts, root_causes
 from .verdict import merge_tallies
 
 # /2: root causes, limits (the control's), not_checked, versions, per-scenario root causes.
@@ -149,6 +149,7 @@ class Run:
     def _causes(self, groups):
         """The root causes with their triage, baseline status, repro and issue draft."""
         known = root_causes.known_upstream()
+        bugs = issue_drafts.bug_table()  # root causes that are one bug share one draft
         status = baseline_module.status(self.root_baseline) if self.root_baseline else {}
         by_signature = {g["signature"]: g for g in groups}
         causes = []
@@ -161,7 +162,7 @@ class Run:
             with_script = [m for m in shrunk if m.get("repro")]
             cause["minimal"] = (with_script or shrunk or [None])[0]
             cause["replay_command"] = by_signature[cause["signatures"][0]]["replay_command"]
-            cause["draft"] = os.path.join(self.args.out, "issues", f"{cause['id']}.md")
+            cause["draft"] = issue_drafts.draft_path(self.args.out, cause, bugs)
             causes.append(cause)
         if self.root_baseline is not None:
             causes += [{"id": root_causes.slug(e["signature"]), "title": e["signature"],
