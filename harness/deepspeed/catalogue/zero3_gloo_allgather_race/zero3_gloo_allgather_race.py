@@ -14,27 +14,53 @@ Run on 2 ranks (one process each), e.g.
     for r in 0 1; do DS_ACCELERATOR=cpu RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 \\
         MASTER_PORT=29512 python3 zero3_gloo_allgather_race.py & done; wait
 Prints REPRODUCED and exits 1 when some gathered parameter did not hold its full value when the
-gather returned, NOT REPRODUCED and exits 0 otherwise. Found by zerocheck's upstream suite (I9:
-two ranks' whole copies of one persistent parameter differ right after a step).
+gather returned, NOT REPRODUCED and exits 0 otherwise. With --plain the same gathers run as
+plain blocking torch.distributed.all_gather calls and must not reproduce. Upstream: fixed by PR
+#8539 (it waits on every handle). Found by zerocheck's upstream suite (I9: two ranks' whole copies
+of one persistent parameter differ right after a step); see REPORT.md beside this script.
 """
 
 import os
 import sys
 
 import torch
-import deepspeed
+
+PLAIN = "--plain" in sys.argv  # plain blocking all_gathers on Gloo: the control
+if not PLAIN:
+    import deepspeed
 
 TRIALS, LAYERS = 300, 16
+
+
+def plain_gathers(params, expected, rank):
+    """The same gathers on plain torch.distributed: each rank's half, all_gather, reassembled."""
+    torch.distributed.init_process_group("gloo")
+    world = torch.distributed.get_world_size()
+    late = 0
+    for _ in range(TRIALS):
+        for p, e in zip(params, expected):
+            part = e.flatten().chunk(world)[rank].clone()
+            parts = [torch.empty_like(part) for _ in range(world)]
+            torch.distributed.all_gather(parts, part)
+            if not torch.equal(torch.cat(parts).view_as(e), e):
+                late += 1
+                break
+    return late
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(LAYERS)])
 expected = [p.detach().clone() for p in model.parameters()]
+rank = int(os.environ["RANK"])
+if PLAIN:
+    late = plain_gathers(list(model.parameters()), expected, rank)
+    print(f"[rank {rank}] {late} of {TRIALS} plain gathers returned early", flush=True)
+    print("REPRODUCED" if late else "NOT REPRODUCED")
+    sys.exit(1 if late else 0)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 config = {"train_micro_batch_size_per_gpu": 1, "zero_allow_untested_optimizer": True,
           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
 engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 params = list(model.parameters())
-rank = int(os.environ["RANK"])
 late = 0
 for _ in range(TRIALS):
     params[0].all_gather(params)  # blocking, by its docstring

@@ -12,8 +12,9 @@ trainable parameter's buffer to the optimizer.
 Run on one rank (or on W ranks with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
     DS_ACCELERATOR=cpu python3 zero3_stale_gradient.py
 Prints REPRODUCED and exits 1 when A moved in step 2, NOT REPRODUCED and exits 0 otherwise.
+With --plain the same steps run on plain PyTorch (no DeepSpeed) and must not reproduce.
 Found by zerocheck's upstream suite (I3: an expert's parameters differ from the dense twin after
-the step that did not route to it); see harness/deepspeed/KNOWN_UPSTREAM.md.
+the step that did not route to it); see REPORT.md beside this script.
 """
 
 import os
@@ -30,7 +31,9 @@ if "MASTER_PORT" not in os.environ:
         s.bind(("127.0.0.1", 0))
         os.environ["MASTER_PORT"] = str(s.getsockname()[1])
 
-import deepspeed  # noqa: E402
+PLAIN = "--plain" in sys.argv  # the same steps on plain PyTorch: the control
+if not PLAIN:
+    import deepspeed  # noqa: E402
 
 
 class TwoExperts(torch.nn.Module):
@@ -50,20 +53,32 @@ config = {"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 0.0,
           "zero_allow_untested_optimizer": True,
           # Persistent parameters: the step's changing route needs no re-fetch.
           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 100000}}
-engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+if PLAIN:
+    engine = model
+else:
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 rank = int(os.environ["RANK"])
 x = torch.full((2, 4), 0.5 + rank)
 
 
 def expert_a():
+    if PLAIN:
+        return model.a.weight.detach().clone()
     return model.a.weight.ds_tensor.detach().clone()  # this rank's shard of A's weight
 
 
 for step, use_a in ((1, True), (2, False)):
     loss = engine(x, use_a).pow(2).mean()
-    engine.backward(loss)
+    if PLAIN:
+        loss.backward()
+    else:
+        engine.backward(loss)
     before = expert_a()
-    engine.step()
+    if PLAIN:  # the engine's step zeroes the gradients after stepping, as here
+        optimizer.step()
+        optimizer.zero_grad()
+    else:
+        engine.step()
     moved = (expert_a() - before).abs().max().item()
     print(f"[rank {rank}] step {step} ({'A' if use_a else 'B'} used): expert A moved by {moved:.3g}",
           flush=True)
