@@ -9,15 +9,18 @@ anchor must be found exactly once: a DeepSpeed that moved the code fails the tes
 testing nothing. Then, in one run at world 2 on the copy:
   1. every fault is caught by its own invariant, and the control scenario (no fault) by none;
   2. the ablation (--ablate: each scenario replayed again with each of I3, I4, I6, I9 switched off):
-     each of them is the only one to catch some fault, so each is necessary.
+     each of them is the only one to catch some fault, so each is necessary;
+  3. I3's root causes locate the bug: each fault I3 catches gets a root cause of its own, none of
+     them the stale-gradient row's of KNOWN_UPSTREAM.md, and the triage check (`untriaged`)
+     reports the one no row describes (the copy back made before the optimizer step) as new.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
 import os
 import sys
 
-from upstream_support import (SKIP, Edit, check, patched_tree, read, run, verdicts,
-                              versioned_arguments)
+from upstream_support import (SKIP, Edit, check, patched_tree, read, run, triaged, untriaged,
+                              verdicts, versioned_arguments)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios", "upstream_faults")
@@ -59,6 +62,21 @@ GRADIENT_LATE = [Edit(
     f"                if {planted('gradient-one-element-late')} and dist.get_rank(self.dp_process_group) == 1:\n"
     "                    grad_partition = torch.cat([grad_partition.new_zeros(1), grad_partition[:-1]])\n"
     "                grad_buffer.copy_(grad_partition, non_blocking=True)")]
+# The step copies each sub-group's fp32 master into the parameters' shards before the optimizer
+# steps it, not after: the shards hold the master of the step before (the same code in v0.14.5
+# and master).
+COPY_BACK_EARLY = [Edit(
+    STAGE3,
+    "            self._optimizer_step(sub_group_id)\n\n"
+    "            #put fp16 parameters in appropriate location\n"
+    "            self._reassign_or_swap_out_partitioned_parameters(sub_group_id)\n",
+    f"            _zc_early = {planted('master-copied-back-before-step')}\n"
+    "            if _zc_early:\n"
+    "                self._reassign_or_swap_out_partitioned_parameters(sub_group_id)\n"
+    "            self._optimizer_step(sub_group_id)\n\n"
+    "            #put fp16 parameters in appropriate location\n"
+    "            if not _zc_early:\n"
+    "                self._reassign_or_swap_out_partitioned_parameters(sub_group_id)\n")]
 STEP_COUNT = [Edit(
     ENGINE, "        self.global_steps += 1\n",
     f"        self.global_steps += 0 if ({planted('step-count-skipped-on-one-rank')} and self.global_rank == 1) else 1\n")]
@@ -125,6 +143,10 @@ FAULTS = {
                         f"                self.gradient_accumulation_steps() if {planted('loss-scaled-twice')} else 1)")]}),
     # Rank 1 writes its reduced gradient partition one element late (element i gets i - 1's).
     "gradient-one-element-late": ("I3", "sgd_one_linear", {"v0.14": GRADIENT_LATE, "master": GRADIENT_LATE}),
+    # The fp32 master copied back into the parameters before the optimizer step: a wrong number
+    # at a step that no row of KNOWN_UPSTREAM.md describes (check 3).
+    "master-copied-back-before-step": ("I3", "sgd_copy_back_early",
+                                       {"v0.14": COPY_BACK_EARLY, "master": COPY_BACK_EARLY}),
     # After a module's backward its parameters are released (NOT_AVAILABLE) but keep their full
     # data: the memory ZeRO-3 exists to free stays held.
     "data-kept-after-backward": ("I4", "sgd_two_linears_kept", {
@@ -149,8 +171,14 @@ CONTROL = "sgd_control"  # no fault: no finding
 # Scenarios of faults not replayed again per invariant switched off (the ablation shows each of
 # I3, I4, I6, I9 necessary without them; they only need their own invariant to catch them).
 NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
-               "sgd_gather_edit_not_broadcast"}
+               "sgd_gather_edit_not_broadcast", "sgd_copy_back_early"}
 ABLATED = ("I3", "I4", "I6", "I9")
+# The root cause of KNOWN_UPSTREAM.md's stale-gradient row (its first cell): a planted wrong
+# number must never land on it, or the triage would call a new bug known.
+STALE_GRADIENT = ("I3 step: the gradient handed to the optimizer first differs from the dense "
+                  "twin, for a parameter without a gradient in the step: "
+                  "deepspeed/runtime/zero/stage3.py _prepare_sub_group()")
+UNTRIAGED = "master-copied-back-before-step"  # the planted fault no row of the table describes
 
 
 def main():
@@ -203,6 +231,26 @@ def main():
         only = [name for name, (_, scenario, _) in FAULTS.items()
                 if scenario in ablation["necessary_for"][off]]
         check(only, f"{off} is necessary: without it {', '.join(only) or 'nothing'} survives")
+    # 3. I3's root causes: one per fault, none the stale gradient's, the new one untriaged.
+    summaries = [read(os.path.join(folder, "summary.json")) for folder in (out, plain_out)]
+    causes = {}
+    for name, (_, scenario, _) in FAULTS.items():
+        titles = sorted({c["title"] for summary in summaries for c in summary["root_causes"]
+                         if c.get("invariant") == "I3" and scenario in c["scenarios"]})
+        if titles:
+            causes[name] = titles
+            print(f"I3 root cause of {name}: {titles}")
+    check(len(causes) >= 5, f"I3 catches {len(causes)} planted faults: {sorted(causes)}")
+    check(all(len(titles) == 1 for titles in causes.values()),
+          "each fault I3 catches has one I3 root cause")
+    firsts = [titles[0] for titles in causes.values()]
+    check(len(set(firsts)) == len(firsts), "each fault I3 catches has a root cause of its own")
+    table = triaged()
+    check(STALE_GRADIENT in table, f"the stale-gradient row's key is in KNOWN_UPSTREAM.md: {STALE_GRADIENT}")
+    check(STALE_GRADIENT not in firsts, "no planted fault lands on the stale-gradient row")
+    new = [t for summary in summaries for t in untriaged(summary, table)]
+    check(causes[UNTRIAGED][0] in new,
+          f"the triage check reports {UNTRIAGED} as untriaged: {causes[UNTRIAGED][0]}")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0
 

@@ -53,6 +53,11 @@ class Adapter:
     def version(self):
         raise NotImplementedError
 
+    def inside(self, engine):
+        """What the engine computed inside the operations since the last call, for I3's root
+        causes (an oracles/inside.py Observed), or None when the adapter cannot read it."""
+        return None
+
     def upstream_package(self):
         """The engine's code (a package folder or one file): provenance.py attributes writes and
         exceptions to its innermost frame inside it. Here: this file (the test adapters)."""

@@ -7,6 +7,8 @@ observe() reads raw state and nothing DeepSpeed concludes about itself: each sta
 shard (`ds_tensor`), `ds_status` and data; for stages 1 and 2 each rank's flat fp32 partition
 and the optimizer state's sizes; the step counters. training() names the rules of twin.py the
 engine's numbers follow, told apart by what the engine has (master's output-gradient hook).
+For I3's root causes, inside() hands over what ZeRO-3 computed inside the last operations
+(zero3_inside.py: the gradients, the fp32 master, the copy back into the shards).
 
 `import deepspeed` happens in the constructor, so a missing DeepSpeed is a clear usage error
 before any scenario runs, and the rest of the package never imports it.
@@ -20,6 +22,7 @@ from ..model import twin
 from ..model.tree import TakesRoute
 from ..oracles import fingerprint
 from ..oracles.engine_state import EngineState, ParamState, StateUnavailable
+from . import zero3_inside
 from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 
 
@@ -58,6 +61,7 @@ class DeepSpeedAdapter(Adapter):
                 f"{sys.executable}: {type(e).__name__}: {e}. Install DeepSpeed for this Python, "
                 f"or use --adapter passthrough or --adapter faulty.") from None
         self._deepspeed = deepspeed
+        self._inside = {}  # id(engine) -> its ZeRO-3 capture (zero3_inside.py) or None
 
     def version(self):
         return str(getattr(self._deepspeed, "__version__", "unknown"))
@@ -73,7 +77,15 @@ class DeepSpeedAdapter(Adapter):
     def initialize(self, model, optimizer, config):
         engine, _, _, _ = self._deepspeed.initialize(model=model, optimizer=optimizer,
                                                      config=deepspeed_config(config))
+        try:  # I3's root causes read ZeRO-3's quantities inside each step; never at the run's cost
+            self._inside[id(engine)] = zero3_inside.capture(engine)[0]
+        except Exception:  # noqa: BLE001 - an engine it cannot read is left as it is
+            self._inside[id(engine)] = None
         return engine
+
+    def inside(self, engine):
+        capture = self._inside.get(id(engine))
+        return capture.take() if capture is not None else None
 
     def is_refusal(self, exception):
         # DeepSpeed's own refusal, as the guarded deepspeed.initialize proposed upstream raises
@@ -129,6 +141,7 @@ class DeepSpeedAdapter(Adapter):
 
     def release(self, engine):
         # destroy() exists in recent releases only; an older engine is simply dropped.
+        self._inside.pop(id(engine), None)
         destroy = getattr(engine, "destroy", None)
         if callable(destroy):
             destroy()

@@ -6,9 +6,14 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
 - I1, I2 with a writer (provenance.py): the invariant and the file and function that wrote;
 - a finding with an exception (an operation raised, I5's failed initialize, a user write that
   raised): the invariant and the innermost upstream file and function that raised;
-- I3: the operation and the quantity where the twin and the engine first part in a scenario; the
-  scenario's later I3 findings (other parameters, the loss after) belong to that cause, so one
-  wrong reduction is not one cause per parameter;
+- I3: where the twin and the engine first part in a scenario. Where the adapter read the engine's
+  quantities inside its backward and step (the finding's origin, oracles/inside.py), the first
+  quantity that differs and the function that produced it, and for a step whether that parameter
+  got a gradient in it: a wrong reduction, a wrong copy back and a stale gradient are three
+  causes. Otherwise the operation and the compared quantity (value, whole copy, loss), and right
+  after a step whether the parameter got a gradient in it. The scenario's later I3 findings
+  (other parameters, the loss after) belong to that cause, so one wrong reduction is not one
+  cause per parameter;
 - I4, I9: the invariant, the operation and the rule or field (not the node kind);
 - I6: after a load whose values equal another known state (another save's, the one before the
   load), that state, whatever the field; otherwise the field or the consolidated state dict;
@@ -43,8 +48,7 @@ def cause_title(finding, first_i3=None):
             origin.get("action"), "written by")
         return f"{invariant}: {verb} {origin['file']} {origin['function']}(){suffix}"
     if invariant == "I3":
-        return (f"I3 {finding.get('op') or 'build'}: {finding.get('attribute')} first differs "
-                f"from the dense twin{suffix}")
+        return _i3_title(finding, suffix)
     actual = finding.get("actual")
     if invariant == "I6" and isinstance(actual, dict) and actual.get("same_as"):
         # One wrong load shows in every field it restores (values, fp32 masters, moments): what
@@ -53,6 +57,27 @@ def cause_title(finding, first_i3=None):
     if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9
         return f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}{suffix}"
     return finding.get("signature", "")
+
+
+def _gradient_words(origin):
+    """Whether the parameter got a gradient in the step, in words ("" when unknown)."""
+    got = (origin or {}).get("got_gradient")
+    if got is None:
+        return ""
+    return (", for a parameter that got a gradient in the step" if got
+            else ", for a parameter without a gradient in the step")
+
+
+def _i3_title(finding, suffix):
+    origin = finding.get("origin") or {}
+    if origin.get("action") == "located":
+        edit = " after a gathered edit" if origin.get("after_gathered_edit") else ""
+        return (f"I3 {origin['op']}: {origin['quantity']} first differs from the dense twin{edit}"
+                f"{_gradient_words(origin)}: {origin['file']} {origin['function']}(){suffix}")
+    attribute = finding.get("attribute") or ""
+    gradient = _gradient_words(origin) if attribute.startswith("value") else ""
+    return (f"I3 {finding.get('op') or 'build'}: {attribute} first differs from the dense "
+            f"twin{gradient}{suffix}")
 
 
 def scenario_causes(verdict):

@@ -100,6 +100,9 @@ class DenseTwin:
         # The last optimizer step: {name: (gradient it used, magnitude of its terms)} and the
         # reductions behind it, for bounding another engine's sum order (numerics.py).
         self.last_step = ({}, 0)
+        # The last backward's gradients, {name: [each rank's gradient or None]}, before any
+        # reduction: I3 locates where an engine's backward first parts from them (numerics.py).
+        self.last_gradients = {}
         self.micro_steps = 0
 
     # ---- the engine's life ------------------------------------------------------------------
@@ -144,11 +147,13 @@ class DenseTwin:
                 loss = loss / self.accumulation_steps
             per_rank.append(torch.autograd.grad(loss, tensors, allow_unused=True))
         reached = set()
+        self.last_gradients = {}
         for i, name in enumerate(names):
             grads = [g[i] for g in per_rank]
             if all(g is None for g in grads):
                 continue
             reached.add(name)
+            self.last_gradients[name] = [None if g is None else g.detach().clone() for g in grads]
             if self.training.reduce_each_backward:
                 self._add_reduction(name, grads)
             else:
@@ -236,6 +241,11 @@ class DenseTwin:
     def values(self):
         """{name: the parameter's current value (detached)} of the target."""
         return {name: p.detach() for name, p in self.params}
+
+    def accumulated(self):
+        """{name: the reduced gradient accumulated for the next step (a copy)}; a name without
+        one is absent."""
+        return {name: g.clone() for name, g in self._reduced.items()}
 
     # ---- the arithmetic -------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from ..model import partition_model, seeded, twin
 from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
+from . import inside
 from .engine_state import StateUnavailable
 
 _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
@@ -126,6 +127,14 @@ class NumericChecks:
         self._twin_snapshots = {}  # tag -> (target path, the twin's snapshot or None)
         self._twin_latest = None
         self._resumed = False  # the engine resumes another world's run (adopt)
+        # I3's root cause (inside.py): what the twin computed in the last backward or step, for
+        # comparing with what the engine computed inside it; the scenario's first place where
+        # they part (the `origin` of its later I3 findings); the parameters that got a gradient
+        # since the last optimizer step, and in the last one.
+        self._twin_inside = None
+        self._located = None
+        self._reached = set()
+        self._with_gradient = None
 
     # ---- events from the replay -------------------------------------------------------------
 
@@ -147,6 +156,7 @@ class NumericChecks:
         first = not self._engine_started
         self._engine_started = True
         self._micro_steps = 0
+        self._reached = set()  # a new engine's first step starts from no gradient
         self._event = "initialized" if first else "reinitialized"
         if optimizer_kind == "same":
             if self._user_optimizer_wrapped:
@@ -201,7 +211,11 @@ class NumericChecks:
                 self.stop("a backward before any engine: the user's own autograd left .grad")
             return None
         if self._following():
-            self._twin_does(self._twin.backward)
+            reached = self._twin_does(self._twin.backward)
+            if reached is not None and self._following():
+                self._reached |= reached
+                self._twin_inside = ("backward", dict(self._twin.last_gradients),
+                                     self._twin.accumulated())
         return None
 
     def step(self, index, ok):
@@ -212,7 +226,13 @@ class NumericChecks:
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
         if self._following():
-            self._twin_does(self._twin.step)
+            before = {name: v.clone() for name, v in self._twin.values().items()}
+            if self._twin_does(self._twin.step):
+                used = {name: grad for name, (grad, _) in self._twin.last_step[0].items()}
+                after = {name: v.clone() for name, v in self._twin.values().items()}
+                self._twin_inside = ("step", used, before, after)
+        if boundary:
+            self._with_gradient, self._reached = self._reached, set()
         return None
 
     def zero_grad(self, index, ok):
@@ -295,6 +315,8 @@ class NumericChecks:
         """
         event, self._event = self._event, None
         pending_loss, self._pending_loss = self._pending_loss, None
+        twin_inside, self._twin_inside = self._twin_inside, None
+        observed = self._observed_inside(live, adapter)
         findings = []
         if pending_loss is not None and "I3" in self.enabled:
             findings += self._loss_check(index, op, *pending_loss)
@@ -317,11 +339,13 @@ class NumericChecks:
             findings.append(self._check_failed(index, op, "state summary"))
             state, plan, unavailable = None, None, "the checks could not read it"
         mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
-                "plan": plan[0] if plan else None}
+                "plan": plan[0] if plan else None,
+                "inside": self._locate(twin_inside, observed, expected)}
         try:
             everyone = self._exchange.objects(mine)
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
+        self._first_located(index, op, [s.get("inside") for s in everyone])
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
@@ -346,7 +370,8 @@ class NumericChecks:
             return findings + [self._exchange_failed(index, op, e)]
         if "I3" in self.enabled:
             findings += self._safely(index, op, "I3", lambda: self._parity(
-                index, op, state, self._assemble(state, expected, gathered)))
+                index, op, state, self._assemble(state, expected, gathered),
+                stepped=event == "boundary"))
         return findings
 
     def _safely(self, index, op, what, check):
@@ -415,12 +440,12 @@ class NumericChecks:
         if mine == twin_loss or (mine != mine and twin_loss != twin_loss):
             return []
         return [Finding(
-            invariant="I3", op_index=index, op=op, attribute="loss",
+            invariant="I3", op_index=index, op=op, attribute="loss", origin=self._located,
             expected=twin_loss, actual=mine,
             message=f"rank {self.rank}'s loss {mine!r} differs from the dense twin's {twin_loss!r} "
                     f"for its micro-batch")]
 
-    def _parity(self, index, op, state, assembled):
+    def _parity(self, index, op, state, assembled, stepped=False):
         if not self._following():
             self.tally.skip("I3", self._stopped or "no engine the twin follows")
             return []
@@ -454,10 +479,70 @@ class NumericChecks:
                     attribute=attribute + (" after a gathered edit" if self._after_gathered_edit
                                            else ""),
                     expected="the dense twin's value", actual=gap,
+                    origin=self._origin(p.name, stepped),
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
         return findings
+
+    # ---- I3's root cause: where inside the operation the engine first parts from the twin --------
+
+    def _observed_inside(self, live, adapter):
+        """What the adapter read inside the engine since the last check (every live engine's is
+        taken, so none piles up), or None: several engines, or an adapter that cannot read it."""
+        observed = []
+        for engine in live:
+            try:
+                observed.append(adapter.inside(engine.engine))
+            except Exception:  # noqa: BLE001 - the root cause falls back to the operation's
+                observed.append(None)
+        return observed[0] if len(observed) == 1 else None
+
+    def _locate(self, twin_inside, observed, expected):
+        """This rank's first quantity inside the last backward or step that differs from the
+        twin's (inside.py), or None. Only where the twin's numbers are the engine's bits: world 2
+        at most (Gloo sums in its own order beyond)."""
+        if (twin_inside is None or observed is None or "I3" not in self.enabled
+                or self.world_size > 2 or not self._following()):
+            return None
+        params = [(name, numel) for name, _, numel, grad in expected if grad]
+        try:
+            if twin_inside[0] == "backward":
+                _, gradients, accumulated = twin_inside
+                return inside.locate_backward(
+                    observed, gradients, accumulated, self.rank, self.world_size,
+                    self._training.divide_before_sum, params)
+            _, used, before, after = twin_inside
+            return inside.locate_step(observed, used, before, after, self.rank, self.world_size,
+                                      params)
+        except Exception:  # noqa: BLE001 - never a finding: the root cause falls back
+            return None
+
+    def _first_located(self, index, op, everyone):
+        """Keeps the scenario's first place where the engine parts from the twin (the earliest
+        quantity any rank saw differ: every rank keeps the same)."""
+        found = inside.earliest(everyone)
+        if self._located is not None or found is None:
+            return
+        words = inside.described(found)
+        with_gradient = None
+        if words["phase"] == "step" and self._with_gradient is not None:
+            with_gradient = found["param"] in self._with_gradient
+        self._located = {"action": "located", "op": op, "op_index": index,
+                         "param": found["param"], "quantity": words["quantity"],
+                         "file": words["file"], "function": words["function"],
+                         "got_gradient": with_gradient,
+                         "after_gathered_edit": self._after_gathered_edit}
+
+    def _origin(self, name, stepped):
+        """What an I3 finding on parameter `name` says of its cause: where the engine first
+        parted from the twin inside an operation, else (right after an optimizer step) whether
+        the parameter got a gradient in it."""
+        if self._located is not None:
+            return self._located
+        if stepped and self._with_gradient is not None:
+            return {"action": "not located", "got_gradient": name in self._with_gradient}
+        return None
 
     def _module_of(self, name):
         return name.rpartition(".")[0]
@@ -648,6 +733,8 @@ class NumericChecks:
                 "flat": [t.numel() for t in state.flat_partitions], "steps": dict(state.steps)}
 
     def _agreement(self, index, op, everyone):
+        # Where the engine parts from the twin is each rank's own view (I3's), not a disagreement.
+        everyone = [{k: v for k, v in s.items() if k != "inside"} for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}

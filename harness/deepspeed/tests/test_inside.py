@@ -1,0 +1,259 @@
+"""I3's root cause located inside an operation (oracles/inside.py, engines/zero3_inside.py) and the
+key it gives (findings/root_causes.py), by hand, without DeepSpeed.
+
+The planted DeepSpeed faults of harness/tests/upstream_faults_test.py show the same on the real
+engine: a wrong gradient, a wrong accumulation, a wrong copy back and a copy back made too early
+are four root causes, none of them the stale gradient's.
+"""
+
+import unittest
+
+import torch
+
+from zerocheck_ds.engines import zero3_inside
+from zerocheck_ds.findings import root_causes
+from zerocheck_ds.oracles import inside
+
+WORLD = 2
+W = torch.arange(1.0, 6.0)  # one parameter "w" of 5 elements: rank 0 holds [0, 3), rank 1 [3, 5)
+PARAMS = [("w", 5)]
+
+
+def partition(whole, rank):
+    """A ZeRO-3 partition of `whole`: ceil(5 / 2) = 3 elements, zero padded."""
+    part = whole[rank * 3:rank * 3 + 3]
+    return torch.cat([part, part.new_zeros(3 - part.numel())])
+
+
+def a_correct_step(rank, used, before, after):
+    observed = inside.Observed()
+    for quantity, whole in (("handed_gradient", used), ("unscaled_gradient", used),
+                            ("master_before", before), ("master_after", after),
+                            ("shard_after_copy", after), ("master_at_copy", after)):
+        observed.add(quantity, "w", partition(whole, rank))
+    return observed
+
+
+class LocateStep(unittest.TestCase):
+    used, before = W / 10, W
+    after = W - W / 100
+
+    def locate(self, observed, rank=1):
+        return inside.locate_step(observed, {"w": self.used}, {"w": self.before},
+                                  {"w": self.after}, rank, WORLD, PARAMS)
+
+    def test_a_correct_step_locates_nothing_and_padding_is_ignored(self):
+        observed = a_correct_step(1, self.used, self.before, self.after)
+        observed.master_after["w"][0][2] = 99.0  # rank 1's padding element
+        self.assertIsNone(self.locate(observed))
+
+    def test_each_quantity_is_found_where_it_first_differs(self):
+        cases = {
+            "handed_gradient": ("handed_gradient", "unscaled_gradient", "master_after"),
+            "unscaled_gradient": ("unscaled_gradient", "master_after", "shard_after_copy"),
+            "master_before": ("master_before", "master_after"),
+            "master_after": ("master_after", "master_at_copy", "shard_after_copy"),
+            "copy_back": ("shard_after_copy",),
+        }
+        for expected, wrong in cases.items():
+            with self.subTest(expected):
+                observed = a_correct_step(1, self.used, self.before, self.after)
+                for quantity in wrong:
+                    getattr(observed, quantity)["w"][0][0] += 1.0
+                self.assertEqual(self.locate(observed), {"quantity": expected, "param": "w"})
+
+    def test_a_copy_back_made_before_the_optimizer_step(self):
+        observed = a_correct_step(0, self.used, self.before, self.after)
+        observed.shard_after_copy["w"] = [partition(self.before, 0)]
+        observed.master_at_copy["w"] = [partition(self.before, 0)]
+        self.assertEqual(self.locate(observed, rank=0), {"quantity": "copied_early", "param": "w"})
+
+    def test_with_loss_scaling_or_clipping_the_unscaled_gradient_is_not_compared(self):
+        observed = a_correct_step(0, self.used, self.before, self.after)
+        observed.unscaled_gradient["w"][0][0] += 1.0
+        observed.plain_scaling = False
+        self.assertIsNone(self.locate(observed, rank=0))
+
+
+class LocateBackward(unittest.TestCase):
+    grads = [W, 2 * W]  # each rank's gradient
+    reduced = W / 2 + 2 * W / 2
+
+    def locate(self, observed, rank=0, accumulated=None):
+        return inside.locate_backward(observed, {"w": self.grads},
+                                      {"w": self.reduced if accumulated is None else accumulated},
+                                      rank, WORLD, True, PARAMS)
+
+    def correct(self, rank=0):
+        observed = inside.Observed()
+        observed.add("local_gradient", "w", self.grads[rank])
+        observed.add("reduced_partition", "w", partition(self.reduced, rank))
+        observed.add("accumulated_partition", "w", partition(self.reduced, rank))
+        return observed
+
+    def test_a_correct_backward_locates_nothing(self):
+        self.assertIsNone(self.locate(self.correct()))
+        self.assertIsNone(self.locate(self.correct(1), rank=1))
+
+    def test_the_gradient_before_reduction_then_the_reduction_then_the_accumulation(self):
+        observed = self.correct()
+        observed.local_gradient["w"][0] *= 0.5  # the loss scaled twice
+        observed.reduced_partition["w"][0] *= 0.5
+        self.assertEqual(self.locate(observed)["quantity"], "local_gradient")
+        observed = self.correct()
+        observed.reduced_partition["w"][0][1] += 1
+        self.assertEqual(self.locate(observed)["quantity"], "reduced_partition")
+        observed = self.correct(1)
+        observed.accumulated_partition["w"][0][:2] = torch.tensor([0.0, 6.0])  # one element late
+        self.assertEqual(self.locate(observed, rank=1)["quantity"], "accumulated_partition")
+
+    def test_a_parameter_reduced_twice_in_one_backward_is_judged_by_its_accumulation(self):
+        observed = self.correct()
+        observed.add("reduced_partition", "w", torch.zeros(3))
+        self.assertIsNone(self.locate(observed))
+
+    def test_the_earliest_of_the_ranks_wins_on_every_rank(self):
+        late = {"quantity": "accumulated_partition", "param": "w"}
+        early = {"quantity": "local_gradient", "param": "v"}
+        self.assertEqual(inside.earliest([late, None, early]), early)
+        self.assertIsNone(inside.earliest([None, None]))
+
+
+class Keys(unittest.TestCase):
+    def finding(self, origin, attribute="value", op="step"):
+        return {"invariant": "I3", "op": op, "attribute": attribute, "origin": origin,
+                "signature": f"I3 {op}: {attribute} differs from the dense twin on Linear parameter"}
+
+    def located(self, key, got_gradient, op="step", edit=False):
+        words = inside.described({"quantity": key, "param": "w"})
+        return {"action": "located", "op": op, "op_index": 3, "param": "w",
+                "quantity": words["quantity"], "file": words["file"],
+                "function": words["function"], "got_gradient": got_gradient,
+                "after_gathered_edit": edit}
+
+    def test_each_quantity_and_the_gradient_give_their_own_key(self):
+        titles = {root_causes.cause_title(self.finding(self.located(q.key, got)))
+                  for q in inside.QUANTITIES for got in (True, False)}
+        self.assertEqual(len(titles), 2 * len(inside.QUANTITIES))
+        stale = root_causes.cause_title(self.finding(self.located("handed_gradient", False)))
+        self.assertEqual(stale, "I3 step: the gradient handed to the optimizer first differs from "
+                                "the dense twin, for a parameter without a gradient in the step: "
+                                "deepspeed/runtime/zero/stage3.py _prepare_sub_group()")
+        self.assertIn(stale, root_causes.known_upstream())  # KNOWN_UPSTREAM.md's stale gradient
+
+    def test_a_backward_is_named_by_its_operation_and_keeps_no_gradient_words(self):
+        title = root_causes.cause_title(self.finding(
+            self.located("accumulated_partition", None, op="backward")))
+        self.assertEqual(title, "I3 backward: the accumulated gradient partition first differs "
+                                "from the dense twin: deepspeed/runtime/zero/stage3.py "
+                                "partition_grads()")
+
+    def test_without_the_engine_s_quantities_the_operation_and_the_gradient(self):
+        got = root_causes.cause_title(self.finding({"action": "not located", "got_gradient": True}))
+        none = root_causes.cause_title(self.finding({"action": "not located",
+                                                     "got_gradient": False}))
+        self.assertEqual(got, "I3 step: value first differs from the dense twin, for a parameter "
+                              "that got a gradient in the step")
+        self.assertNotEqual(got, none)
+        # A whole copy, a load, a loss: as before.
+        self.assertEqual(root_causes.cause_title(self.finding(None, "whole copy")),
+                         "I3 step: whole copy first differs from the dense twin")
+        self.assertEqual(root_causes.cause_title(self.finding(None, op="load")),
+                         "I3 load: value first differs from the dense twin")
+
+    def test_later_i3_findings_belong_to_the_first(self):
+        first = dict(self.finding(self.located("copy_back", True)), op_index=3)
+        loss = dict(self.finding(None, "loss", "forward"), op_index=5)
+        verdict = {"findings": [loss, first]}
+        titles = {title for title, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {root_causes.cause_title(first)})
+
+
+class FakeStage3:
+    """The stage-3 optimizer's methods zero3_inside wraps, computing a one-parameter step."""
+
+    class Param:
+        def __init__(self):
+            self.ds_id, self.grad = 0, None
+            self.ds_tensor = torch.zeros(3)
+
+        def partition_numel(self):
+            return 3
+
+    def __init__(self):
+        self.fp16_groups = [[self.Param()]]
+        self.fp32_partitioned_groups_flat = [torch.arange(1.0, 4.0)]
+        self._DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition = {0: torch.zeros(3)}
+        self.clip_grad, self.loss_scale = 0.0, 1.0
+        self.calls = []
+
+    def reduce_ready_partitions_and_remove_grads(self, param):
+        self.calls.append("reduce")
+
+    def partition_grads(self, params, grad_partitions):
+        self._DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition[0].copy_(grad_partitions[0])
+        return "buffers"
+
+    def _prepare_sub_group(self, i, timer_names):
+        self.fp32_partitioned_groups_flat[i].grad = torch.ones(3)
+
+    def unscale_and_clip_grads(self, i, total_norm):
+        pass
+
+    def _optimizer_step(self, i):
+        self.fp32_partitioned_groups_flat[i].sub_(self.fp32_partitioned_groups_flat[i].grad)
+
+    def _reassign_or_swap_out_partitioned_parameters(self, i):
+        self.fp16_groups[i][0].ds_tensor.copy_(self.fp32_partitioned_groups_flat[i])
+
+
+class Capture(unittest.TestCase):
+    def make(self):
+        optimizer = FakeStage3()
+        param = optimizer.fp16_groups[0][0]
+        return optimizer, param, zero3_inside.Zero3Inside(optimizer, {id(param): "w"})
+
+    def test_each_method_records_what_it_produced_and_still_runs(self):
+        optimizer, param, capture = self.make()
+        param.grad = torch.full((5,), 2.0)
+        optimizer.reduce_ready_partitions_and_remove_grads(param)
+        self.assertEqual(optimizer.partition_grads([param], [torch.tensor([4.0, 5.0, 6.0])]),
+                         "buffers")
+        optimizer._prepare_sub_group(0, set())
+        optimizer.unscale_and_clip_grads(0, None)
+        optimizer._optimizer_step(0)
+        optimizer._reassign_or_swap_out_partitioned_parameters(0)
+        observed = capture.take()
+        self.assertEqual(observed.local_gradient["w"][0].tolist(), [2.0] * 5)
+        self.assertEqual(observed.accumulated_partition["w"][0].tolist(), [4.0, 5.0, 6.0])
+        self.assertEqual(observed.master_before["w"][0].tolist(), [1.0, 2.0, 3.0])
+        self.assertEqual(observed.master_after["w"][0].tolist(), [0.0, 1.0, 2.0])
+        self.assertEqual(observed.shard_after_copy["w"][0].tolist(), [0.0, 1.0, 2.0])
+        self.assertTrue(observed.plain_scaling)
+        self.assertTrue(capture.take().empty())  # taken: nothing piles up
+        # The class is untouched: another optimizer is not captured.
+        self.assertNotIn("_optimizer_step", vars(FakeStage3()))
+
+    def test_a_recording_that_raises_switches_the_capture_off_not_the_engine(self):
+        optimizer, param, capture = self.make()
+        optimizer.fp32_partitioned_groups_flat = [torch.zeros(1)]  # too short to slice
+        optimizer._optimizer_step.__wrapped__  # the original stays reachable
+        optimizer.fp32_partitioned_groups_flat[0].grad = torch.zeros(1)
+        optimizer._optimizer_step(0)  # the engine's own method still runs
+        self.assertIsNone(capture.take())
+        self.assertIn("raised", capture.why)
+
+    def test_an_engine_it_cannot_read_is_left_alone(self):
+        class Engine:
+            optimizer = object()
+            module = torch.nn.Linear(2, 2)
+
+            def zero_optimization_stage(self):
+                return 3
+        found, why = zero3_inside.capture(Engine())
+        self.assertIsNone(found)
+        self.assertIn("has no", why)
+
+
+if __name__ == "__main__":
+    unittest.main()

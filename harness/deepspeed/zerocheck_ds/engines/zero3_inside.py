@@ -1,0 +1,151 @@
+"""DeepSpeed ZeRO-3's quantities inside a backward and a step, read for I3's root causes.
+
+The stage-3 optimizer computes a step in named methods, the same in v0.14.5 and master
+(stage3.py `step`): per sub-group `_prepare_sub_group` hands the fp32 gradient over,
+`unscale_and_clip_grads` scales it, `_optimizer_step` steps the fp32 master and
+`_reassign_or_swap_out_partitioned_parameters` copies it back into the parameters' shards
+(`ds_tensor`). A backward reduces each gradient in `reduce_ready_partitions_and_remove_grads`
+(the hook's entry, the whole local gradient) and `partition_grads` (the reduced partition in,
+the accumulated partition after). Each method is wrapped on the optimizer instance (never on
+the class: other engines stay untouched) to record, per parameter, what it produced
+(oracles/inside.py's Observed, this rank's partition sliced in `fp16_groups` order by
+`partition_numel()`).
+
+Reading is bounded: a method or field missing (another version, offload, swapping) leaves its
+quantity unread, and a recording that raises switches the capture off for good, saying why;
+the wrapped method always runs and its result or exception is the engine's own.
+"""
+
+import functools
+
+from ..oracles.inside import Observed
+
+# The methods wrapped, each with when it records (before, after or both).
+_WRAPPED = ("reduce_ready_partitions_and_remove_grads", "partition_grads", "_prepare_sub_group",
+            "unscale_and_clip_grads", "_optimizer_step",
+            "_reassign_or_swap_out_partitioned_parameters")
+_GROUP_FIELDS = ("fp16_groups", "fp32_partitioned_groups_flat")
+
+
+class Zero3Inside:
+    """The capture on one stage-3 optimizer. `take()` returns what was read since the last call
+    (an Observed), or None when the capture is off (`why` says why)."""
+
+    def __init__(self, optimizer, names):
+        self._optimizer = optimizer
+        self._names = names  # id(parameter) -> its name in the engine's module
+        self._observed = Observed()
+        self.why = None
+        self._grad_partitions = None
+        for key in vars(optimizer):  # the private (name-mangled) per-parameter gradient buffers
+            if key.endswith("__param_id_to_grad_partition"):
+                self._grad_partitions = key
+        for method in _WRAPPED:
+            setattr(optimizer, method, self._wrap(method, getattr(optimizer, method)))
+
+    def take(self):
+        if self.why is not None:
+            return None
+        observed, self._observed = self._observed, Observed()
+        return observed
+
+    # ---- the wrapping -------------------------------------------------------------------------
+
+    def _wrap(self, method, original):
+        before = getattr(self, f"_before_{method.lstrip('_')}", None)
+        after = getattr(self, f"_after_{method.lstrip('_')}", None)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            self._safely(before, args)
+            result = original(*args, **kwargs)
+            self._safely(after, args)
+            return result
+        return wrapper
+
+    def _safely(self, record, args):
+        if record is None or self.why is not None:
+            return
+        try:
+            record(*args)
+        except Exception as e:  # noqa: BLE001 - reading must never change the engine's run
+            self.why = f"reading ZeRO-3's quantities raised {type(e).__name__}: {e}"
+
+    def _name(self, param):
+        return self._names.get(id(param))
+
+    def _sub_group(self, sub_group_id):
+        """[(name, parameter, its slice of the sub-group's flat fp32 partition)]."""
+        params = self._optimizer.fp16_groups[sub_group_id]
+        flat = self._optimizer.fp32_partitioned_groups_flat[sub_group_id]
+        out, offset = [], 0
+        for p in params:
+            size = p.partition_numel()
+            out.append((self._name(p), p, (flat, offset, size)))
+            offset += size
+        return out
+
+    def _record_flat(self, quantity, sub_group_id, gradient):
+        for name, _, (flat, offset, size) in self._sub_group(sub_group_id):
+            tensor = flat.grad if gradient else flat
+            if name is not None and tensor is not None:
+                self._observed.add(quantity, name, tensor.detach().narrow(0, offset, size))
+
+    # ---- what each method produced ---------------------------------------------------------------
+
+    def _before_reduce_ready_partitions_and_remove_grads(self, param, *_):
+        name = self._name(param)
+        if name is not None and param.grad is not None:
+            self._observed.add("local_gradient", name, param.grad)
+
+    def _before_partition_grads(self, params, grad_partitions, *_):
+        for param, partition in zip(params, grad_partitions):
+            name = self._name(param)
+            if name is not None:
+                self._observed.add("reduced_partition", name, partition)
+
+    def _after_partition_grads(self, params, *_):
+        buffers = getattr(self._optimizer, self._grad_partitions) if self._grad_partitions else {}
+        for param in params:
+            name, buffer = self._name(param), buffers.get(param.ds_id)
+            if name is not None and buffer is not None:
+                self._observed.add("accumulated_partition", name, buffer)
+
+    def _after_prepare_sub_group(self, sub_group_id, *_):
+        self._record_flat("handed_gradient", sub_group_id, gradient=True)
+
+    def _after_unscale_and_clip_grads(self, sub_group_id, *_):
+        optimizer = self._optimizer
+        self._observed.plain_scaling = (float(getattr(optimizer, "clip_grad", 0.0) or 0.0) == 0.0
+                                        and float(getattr(optimizer, "loss_scale", 1.0)) == 1.0)
+        self._record_flat("unscaled_gradient", sub_group_id, gradient=True)
+
+    def _before_optimizer_step(self, sub_group_id, *_):
+        self._record_flat("master_before", sub_group_id, gradient=False)
+
+    def _after_optimizer_step(self, sub_group_id, *_):
+        self._record_flat("master_after", sub_group_id, gradient=False)
+
+    def _after_reassign_or_swap_out_partitioned_parameters(self, sub_group_id, *_):
+        for name, p, (flat, offset, size) in self._sub_group(sub_group_id):
+            if name is not None:
+                self._observed.add("shard_after_copy", name, p.ds_tensor)
+                self._observed.add("master_at_copy", name,
+                                   flat.detach().narrow(0, offset, size).to(p.ds_tensor.dtype))
+
+
+def capture(engine):
+    """A Zero3Inside on `engine`'s optimizer, or (None, why) when it is not a stage-3 optimizer
+    this module can read. Returns (capture or None, why or None)."""
+    optimizer = getattr(engine, "optimizer", None)
+    module = getattr(engine, "module", None)
+    stage_of = getattr(engine, "zero_optimization_stage", None)
+    if optimizer is None or module is None or not callable(stage_of) or int(stage_of()) != 3:
+        return None, "not a ZeRO-3 engine"
+    missing = [m for m in _WRAPPED + _GROUP_FIELDS if not hasattr(optimizer, m)]
+    if missing:
+        return None, f"the stage-3 optimizer has no {', '.join(missing)}"
+    if getattr(optimizer, "offload_optimizer", False) or getattr(optimizer, "swap_optimizer", False):
+        return None, "an offloaded optimizer keeps its gradients elsewhere"
+    names = {id(p): name for name, p in module.named_parameters()}
+    return Zero3Inside(optimizer, names), None

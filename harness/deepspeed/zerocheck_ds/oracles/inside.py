@@ -1,0 +1,205 @@
+"""Where an engine and the dense twin first part inside a backward or a step (I3's root cause).
+
+I3 compares what a rank holds after each operation; a wrong number after a step can come from
+the gradient, the reduction, the accumulation, the unscale and clip, the optimizer or the copy
+back into the shards. An adapter that can read its engine's quantities while an operation runs
+(engines/zero3_inside.py for DeepSpeed ZeRO-3) hands them over as an `Observed`; `locate_backward`
+and `locate_step` compare them, in the order the engine computes them, with what the twin says
+each must be, and return the first that differs: that quantity and the function producing it key
+the root cause, so a wrong reduction and a wrong copy back are two causes, not one "value
+differs".
+
+Comparisons are exact (equal as numbers, NaN matching NaN) and cover this rank's real elements of
+each partition (padding aside): the caller asks only where the twin's numbers are the engine's
+bits (world 2 at most: at world >= 3 Gloo sums in an order of its own). Nothing here raises on
+an engine's odd shapes: a quantity that does not fit is reported as differing.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..model import partition_model
+from ..model.twin import reduce_gradients
+
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+ENGINE = "deepspeed/runtime/engine.py"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One quantity an operation computes, in the words of a root cause."""
+
+    key: str  # the Observed field an adapter fills
+    phase: str  # "backward" or "step"
+    words: str
+    file: str
+    function: str
+
+
+# In the order the engine computes them: the first one that differs is where the bug is.
+QUANTITIES = (
+    Quantity("local_gradient", "backward", "the gradient of this rank's micro-batch before reduction",
+             ENGINE, "backward"),
+    Quantity("reduced_partition", "backward", "the reduced gradient partition",
+             STAGE3, "__reduce_and_partition_ipg_grads"),
+    Quantity("accumulated_partition", "backward", "the accumulated gradient partition",
+             STAGE3, "partition_grads"),
+    Quantity("handed_gradient", "step", "the gradient handed to the optimizer",
+             STAGE3, "_prepare_sub_group"),
+    Quantity("unscaled_gradient", "step", "the gradient after unscale and clip",
+             STAGE3, "unscale_and_clip_grads"),
+    Quantity("master_before", "step", "the fp32 master before the optimizer step",
+             STAGE3, "_optimizer_step"),
+    Quantity("master_after", "step", "the fp32 master after the optimizer step",
+             STAGE3, "_optimizer_step"),
+    Quantity("copy_back", "step", "the copy of the fp32 master into the parameter's shard",
+             STAGE3, "_reassign_or_swap_out_partitioned_parameters"),
+    Quantity("copied_early", "step",
+             "the parameter's shard copied back before the optimizer step",
+             STAGE3, "_reassign_or_swap_out_partitioned_parameters"),
+)
+_BY_KEY = {q.key: q for q in QUANTITIES}
+ORDER = {q.key: i for i, q in enumerate(QUANTITIES)}
+
+
+@dataclass
+class Observed:
+    """What an adapter read inside the operations since it was last asked, on this rank.
+
+    Each field maps a parameter name to its tensors in call order: `local_gradient` whole, the
+    others this rank's partition (flat, padding included). `shard_after_copy` and
+    `master_at_copy` are the shard and the fp32 master right after the copy back.
+    `plain_scaling`: the unscale and clip divide by 1 (no loss scale, no clipping), so the
+    gradient after it must equal the one handed over."""
+
+    local_gradient: dict = field(default_factory=dict)
+    reduced_partition: dict = field(default_factory=dict)
+    accumulated_partition: dict = field(default_factory=dict)
+    handed_gradient: dict = field(default_factory=dict)
+    unscaled_gradient: dict = field(default_factory=dict)
+    master_before: dict = field(default_factory=dict)
+    master_after: dict = field(default_factory=dict)
+    shard_after_copy: dict = field(default_factory=dict)
+    master_at_copy: dict = field(default_factory=dict)
+    plain_scaling: bool = True
+
+    def add(self, quantity, name, tensor):
+        getattr(self, quantity).setdefault(name, []).append(
+            tensor.detach().reshape(-1).float().cpu().clone())
+
+    def empty(self):
+        return not any(getattr(self, q) for q in (
+            "local_gradient", "reduced_partition", "accumulated_partition", "handed_gradient",
+            "unscaled_gradient", "master_before", "master_after", "shard_after_copy"))
+
+
+def this_ranks_part(whole, rank, world_size):
+    """The real elements (padding aside) of rank `rank`'s partition of `whole`, flat."""
+    flat = whole.detach().reshape(-1).float()
+    c = partition_model.chunk(flat.numel(), world_size)
+    start = min(rank * c, flat.numel())
+    return flat[start:min(start + c, flat.numel())]
+
+
+def _equal(expected, actual):
+    """`actual` starts with `expected`'s elements, equal as numbers (NaN matching NaN)."""
+    if actual.numel() < expected.numel():
+        return False
+    a = actual[:expected.numel()]
+    return bool(((expected == a) | (torch.isnan(expected) & torch.isnan(a))).all())
+
+
+def _found(key, name):
+    return {"quantity": key, "param": name}
+
+
+def locate_backward(observed, gradients, accumulated, rank, world_size, divide_before_sum, params):
+    """The first quantity of a backward that differs from the twin's, as {"quantity", "param"},
+    or None. `gradients`: the twin's last backward ({name: [each rank's gradient or None]});
+    `accumulated`: the twin's reduced gradients accumulated since the last step; `params`:
+    [(name, numel)] in the engine's order. A quantity read more than once for a parameter in one
+    backward (a parameter reduced in two parts) is left out, but for the accumulation."""
+    def local(name):
+        grads = gradients.get(name)
+        return None if grads is None else grads[rank]
+
+    checks = (
+        ("local_gradient", local, False),
+        ("reduced_partition", lambda name: _reduced(gradients.get(name), world_size,
+                                                    divide_before_sum), True),
+        ("accumulated_partition", lambda name: accumulated.get(name), True),
+    )
+    for key, expected_of, partitioned in checks:
+        seen = getattr(observed, key)
+        for name, numel in params:
+            tensors = seen.get(name)
+            if not tensors or (len(tensors) > 1 and key != "accumulated_partition"):
+                continue
+            expected = expected_of(name)
+            if expected is None:  # the twin has no gradient there: the engine's must be zeros
+                expected = torch.zeros(numel)
+            expected = (this_ranks_part(expected, rank, world_size) if partitioned
+                        else expected.detach().reshape(-1).float())
+            if not _equal(expected, tensors[-1]):
+                return _found(key, name)
+    return None
+
+
+def _reduced(grads, world_size, divide_before_sum):
+    if grads is None:
+        return None
+    return reduce_gradients(grads, world_size, divide_before_sum)
+
+
+def locate_step(observed, used, before, after, rank, world_size, params):
+    """The first quantity of an optimizer step that differs, as {"quantity", "param"}, or None.
+    `used`: {name: the gradient the twin stepped with}; `before`, `after`: the twin's values
+    around its step; `params`: [(name, numel)] in the engine's order."""
+    names = [name for name, _ in params]
+    def part(values, name):
+        value = values.get(name)
+        return None if value is None else this_ranks_part(value, rank, world_size)
+
+    against_twin = [("handed_gradient", lambda n: part(used, n)),
+                    ("master_before", lambda n: part(before, n)),
+                    ("master_after", lambda n: part(after, n))]
+    if observed.plain_scaling:
+        against_twin.insert(1, ("unscaled_gradient", lambda n: part(used, n)))
+    for key, expected_of in against_twin:
+        seen = getattr(observed, key)
+        for name in names:
+            expected = expected_of(name)
+            if seen.get(name) and expected is not None and not _equal(expected, seen[name][-1]):
+                return _found(key, name)
+    # The copy back: the shard must hold the master it copies, and that master must be the one
+    # the optimizer step left (a copy made before the step holds the old values).
+    for name, numel in params:
+        shards, masters = observed.shard_after_copy.get(name), observed.master_at_copy.get(name)
+        if shards and masters and not _equal(_real(masters[-1], numel, rank, world_size), shards[-1]):
+            return _found("copy_back", name)
+    for name, numel in params:
+        masters, finals = observed.master_at_copy.get(name), observed.master_after.get(name)
+        if masters and finals and not _equal(_real(finals[-1], numel, rank, world_size), masters[-1]):
+            return _found("copied_early", name)
+    return None
+
+
+def _real(partition, numel, rank, world_size):
+    """`partition`'s real elements (this rank's share of a parameter of `numel`)."""
+    c = partition_model.chunk(numel, world_size)
+    return partition[:max(0, min(c, numel - rank * c))]
+
+
+def earliest(found):
+    """The earliest in the engine's order of several ranks' results (None: nothing differs);
+    ties go to the lowest rank, so every rank picks the same one."""
+    candidates = [f for f in found if f]
+    return min(candidates, key=lambda f: ORDER[f["quantity"]]) if candidates else None
+
+
+def described(found):
+    """The root cause's words for a located result: {"quantity" (words), "file", "function",
+    "phase"}."""
+    q = _BY_KEY[found["quantity"]]
+    return {"quantity": q.words, "file": q.file, "function": q.function, "phase": q.phase}
