@@ -10,7 +10,8 @@ overwritten (I1), which is where the counter went; the zero-size parameter's fai
 reported; I3, I4 and I9 check the numbers and partitions (an expert a route skips is stepped
 with its old gradient, I3). Every root cause is printed with its triage from
 harness/deepspeed/KNOWN_UPSTREAM.md, and one missing from it fails the test: a new upstream
-finding must be triaged. What the control reproduces on plain PyTorch is listed, not triaged.
+finding must be triaged; one that comes and goes is replayed apart and judged by its rate, printed
+beside it (upstream_rates.py). What the control reproduces on plain PyTorch is listed, not triaged.
 Exit 77 (skipped) where the tree is absent or the Python's torch is older than 2.
 """
 
@@ -61,9 +62,12 @@ def main():
     check(any(f["invariant"] == "op" and "NOT_AVAILABLE" in (f["exception"] or "")
               for f in zero["findings"]),
           "zero-size parameter: DeepSpeed's NOT_AVAILABLE assertion still reported on master")
-    excused = check_numbers(summary, found, "master", replayer(
+    nondeterministic = check_numbers(summary, found, "master", replayer(
         zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "60",
-                    "--deepspeed-tree", tree], scenarios, work))
+                    "--deepspeed-tree", tree], scenarios, work), work)
+    rates = {}
+    for rate in nondeterministic:
+        rates.setdefault(rate.finding, []).append(f"{rate.seen} of {rate.runs} in {rate.scenario}")
     deep = [lim for lim in summary["limits"] if "deep_chain_256" in lim["scenarios"]]
     check(any("RecursionError" in lim["signature"] for lim in deep)
           and not any("deep_chain_256" in c["scenarios"] for c in summary["root_causes"]),
@@ -73,10 +77,11 @@ def main():
     untriaged = []
     causes = summary["root_causes"]
     for cause in causes:
-        verdict = table.get(cause["title"]) or ("gone when replayed" if cause["title"] in excused
-                                                else None)
+        verdict = table.get(cause["title"])
+        rate = (f" (nondeterministic: seen in {', '.join(rates[cause['title']])} runs)"
+                if cause["title"] in rates else "")
         print(f"  {len(cause['scenarios']):>3} scen {len(cause['signatures']):>3} sig  "
-              f"{verdict or 'NOT TRIAGED':<24} {cause['title']}")
+              f"{verdict or 'NOT TRIAGED':<24} {cause['title']}{rate}")
         if verdict is None:
             untriaged.append(cause["title"])
     for limit in summary["limits"]:

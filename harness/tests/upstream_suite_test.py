@@ -19,7 +19,9 @@ all of them):
      script that reproduces it on the tree and not on plain PyTorch;
   5. --stage 1 and --stage 2 on two plain training scenarios: no finding, I3 and I4 checked.
 Run 1 also checks I3, I4 and I9: checks made, the expert a route skips stepped with its old
-gradient (I3), every other I3/I4/I9 root cause triaged in KNOWN_UPSTREAM.md.
+gradient (I3), every other I3/I4/I6/I9 root cause triaged in KNOWN_UPSTREAM.md; a scenario with an
+untriaged or nondeterministic cause is replayed apart and each cause judged by its rate
+(upstream_rates.py: nondeterministic only where its row says so; rates in WORKDIR/finding_rates.json).
 Exit 77 (ctest: skipped) only when TREE does not exist; a tree that fails to import fails.
 """
 
@@ -86,7 +88,7 @@ def check_baseline(zerocheck, python, tree, work, common, scenarios, exported):
     summary = read(os.path.join(base, "summary.json"))
     check(summary["adapter_version"] == "0.14.5", "DeepSpeed 0.14.5 imported from the tree")
     check_numbers(summary, found, "v0.14.5",
-                  replayer(zerocheck, common + ["--deepspeed-tree", tree], scenarios, work))
+                  replayer(zerocheck, common + ["--deepspeed-tree", tree], scenarios, work), work)
     check(os.path.exists(os.path.join(base, "report.md")), "report.md written")
 
     # 2. A patch that moves the counter to `ds_id`, judged against run 1.

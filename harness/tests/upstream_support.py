@@ -1,5 +1,6 @@
 """Helpers of the upstream ctests (upstream_suite_test.py, upstream_master_test.py): run
-`zerocheck upstream`, read what it wrote, and say each check as it passes."""
+`zerocheck upstream`, read what it wrote, and say each check as it passes. A finding that comes
+and goes is judged by its rate (upstream_rates.py), never by a replay that passes."""
 
 import json
 import os
@@ -8,6 +9,8 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from upstream_rates import is_nondeterministic, judge, rates_of, replayed, report
 
 SKIP = 77
 CASES = 8  # + the dictionary, seed-bug and zero-size scenarios: 15 in all
@@ -126,6 +129,23 @@ def triaged():
     return table
 
 
+def triage_rows(path=KNOWN):
+    """Root cause -> its row's verdict and "seen on" cells ("VERDICT | SEEN ON"), from the tables
+    of KNOWN_UPSTREAM.md headed "root cause" (columns found by their names): the text that says
+    whether the row triages a nondeterministic cause (upstream_rates.is_nondeterministic)."""
+    rows, columns = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not line.startswith("|"):
+                columns = None
+            elif cells[0] == "root cause":
+                columns = (cells.index("verdict"), cells.index("seen on"))
+            elif columns and cells[0].startswith("`") and len(cells) > max(columns):
+                rows[cells[0].strip("`")] = " | ".join(cells[i] for i in columns)
+    return rows
+
+
 def scenario_files(scenarios):
     """{name: path} of the scenario files among `scenarios` (files, and the .json in folders)."""
     files = {}
@@ -137,47 +157,56 @@ def scenario_files(scenarios):
 
 
 def replayer(zerocheck, args, scenarios, work):
-    """replay(name, attempt) -> the summary of `zerocheck upstream ARGS` on that scenario alone."""
+    """replay(names, attempt) -> the summary of one `zerocheck upstream ARGS` on those scenarios
+    alone (apart from the rest of the run)."""
     files = scenario_files(scenarios)
 
-    def replay(name, attempt):
-        out = os.path.join(work, f"replay-{name}-{attempt}")
-        run(zerocheck, args + ["--scenarios", files[name], "--out", out], expect=None)
+    def replay(names, attempt):
+        out = os.path.join(work, f"replay-{attempt}")
+        run(zerocheck, args + ["--scenarios", *(files[n] for n in names), "--out", out],
+            expect=None)
         return read(os.path.join(out, "summary.json"))
     return replay
 
 
-def untriaged(summary, table):
-    return sorted({c["title"] for c in summary["root_causes"]
-                   if c.get("invariant") in NEW_INVARIANTS} - set(table))
-
-
-def excused_by_replays(summary, table, replay, reruns=2):
-    """The untriaged I3/I4/I6/I9 root causes whose every scenario, replayed alone (up to
-    `reruns` times), shows no untriaged one: DeepSpeed's Gloo all_gather race (KNOWN_UPSTREAM.md)
-    strikes a gather now and then, at whatever operation gathers (a step, a save), and a cause
-    seen once is not a cause. A deterministic one comes back on every replay and stays."""
-    new = untriaged(summary, table)
-    names = sorted({s for c in summary["root_causes"] if c["title"] in new for s in c["scenarios"]})
-    held = set()
-    for name in names:
-        for attempt in range(1, reruns + 1):
-            left = untriaged(replay(name, attempt), table)
-            print(f"replay {attempt} of {name} (untriaged in the run: "
-                  f"{[c['title'] for c in summary['root_causes'] if c['title'] in new and name in c['scenarios']]}): "
-                  f"{left or 'none untriaged'}")
-            if not left:
-                held.add(name)
-                break
+def new_causes(summary, name):
+    """The titles of the I3/I4/I6/I9 root causes `summary` lists for scenario `name`."""
     return {c["title"] for c in summary["root_causes"]
-            if c["title"] in new and set(c["scenarios"]) <= held}
+            if c.get("invariant") in NEW_INVARIANTS and name in c["scenarios"]}
 
 
-def check_numbers(summary, found, version, replay=None):
-    """What I3, I4, I6 and I9 must show on a pristine DeepSpeed: checks made, the expert that a route
-    skips stepped with its old gradient (I3), and every other I3/I4/I6/I9 signature triaged (a
-    cause gone when its scenarios are replayed alone, with `replay`, excused and printed).
-    Returns the excused causes' titles."""
+def judge_new_causes(summary, rows, replay, rates_path):
+    """Every I3/I4/I6/I9 root cause of `summary`, judged by its rate (upstream_rates.py): the
+    scenarios showing a cause without a row, or one whose row is nondeterministic, are replayed
+    (upstream_rates.replayed, through `replay`), and each of their causes must then be triaged, a
+    nondeterministic one by a nondeterministic row, a deterministic one by any row but those.
+    Returns (why each failing cause fails, the nondeterministic rates that passed); every rate is
+    written to `rates_path`."""
+    names = sorted({s for c in summary["root_causes"] if c.get("invariant") in NEW_INVARIANTS
+                    for s in c["scenarios"]})
+    firsts = {}
+    for name in names:
+        doubtful = sorted(t for t in new_causes(summary, name)
+                          if t not in rows or is_nondeterministic(rows[t]))
+        if doubtful:
+            firsts[name] = (new_causes(summary, name), f"untriaged or nondeterministic: {doubtful}")
+
+    def causes_again(names, attempt):
+        again = replay(names, attempt)
+        return {n: new_causes(again, n) for n in names}
+    runs = replayed(firsts, causes_again)
+    rates = [rate for name in sorted(runs) for rate in rates_of(name, runs[name])]
+    failures = [why for why in (judge(r, rows.get(r.finding), needs_row=True) for r in rates)
+                if why]
+    return failures, report(rates, rows, rates_path)
+
+
+def check_numbers(summary, found, version, replay, work):
+    """What I3, I4, I6 and I9 must show on a pristine DeepSpeed: checks made, the expert that a
+    route skips stepped with its old gradient (I3), and every other I3/I4/I6/I9 root cause
+    triaged, one that comes and goes (replayed with `replay` apart from the run's other
+    scenarios) by a row that says it is nondeterministic.
+    Returns the nondeterministic rates (upstream_rates.Rate), also in WORK/finding_rates.json."""
     checks = summary["checks"]
     alike = found["mlp_sgd_world2"]
     check(alike["outcome"] == "ok" and alike["checks"]["I3"]["checked"] >= 14
@@ -192,14 +221,12 @@ def check_numbers(summary, found, version, replay=None):
     check(any(f["invariant"] == "I3" and f["module_path"].startswith("1.experts.0")
               for f in skipped["findings"]),
           f"{version}: the expert a route skipped is stepped with its old gradient (I3)")
-    table = triaged()
-    excused = excused_by_replays(summary, table, replay) if replay else set()
-    if excused:
-        print(f"{version}: seen once, gone when replayed alone (nondeterministic): {sorted(excused)}")
-    new = sorted(set(untriaged(summary, table)) - excused)
-    check(not new, f"{version}: every I3, I4, I6 and I9 root cause is triaged in KNOWN_UPSTREAM.md "
-                   f"(not: {new})")
-    return excused
+    failures, nondeterministic = judge_new_causes(summary, triage_rows(), replay,
+                                                  os.path.join(work, "finding_rates.json"))
+    check(not failures, f"{version}: every I3, I4, I6 and I9 root cause is triaged in "
+                        f"KNOWN_UPSTREAM.md, one that comes and goes as nondeterministic "
+                        f"(not: {failures})")
+    return nondeterministic
 
 
 def run_repro(python, script, tree, work, world, plain=False, timeout=240):

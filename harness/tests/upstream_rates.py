@@ -1,0 +1,104 @@
+"""Flaky is a verdict, not a retry: how the upstream ctests judge a finding that comes and goes.
+
+A scenario whose first run needs a second look (a check failed, or it shows a cause that
+KNOWN_UPSTREAM.md triages as nondeterministic) is replayed apart from the suite's other scenarios
+REPLAYS times, every one of them: a rate needs them all, and no test stops at the first replay
+that passes. Each finding is
+then judged by its rate over the runs (the suite's and the replays):
+  - seen in every run, it is deterministic and judged as the first run was: a scenario that must
+    hold fails on it, an untriaged I3/I4/I6/I9 cause fails, and a cause whose row says
+    "nondeterministic" fails too (a deterministic bug landing on a race's row);
+  - seen in some runs, it is nondeterministic: where the test judges it at all, it passes only
+    when KNOWN_UPSTREAM.md's row of its cause triages it as nondeterministic (the row gives its
+    own cause), never on a row of a deterministic bug; its rate is printed and written down.
+"""
+
+import json
+from dataclasses import asdict, dataclass
+
+# Lone replays of a scenario that needs a second look. A race seen in a third of the runs (the
+# worst measured) comes back in all three about one time in 27; with the first run that makes 4.
+REPLAYS = 3
+# The word a KNOWN_UPSTREAM.md row holds (verdict or "seen on") when its cause is nondeterministic.
+NONDETERMINISTIC = "nondeterministic"
+
+
+def is_nondeterministic(row):
+    """Whether a row of KNOWN_UPSTREAM.md (its verdict and "seen on" text; None: no row) triages
+    its cause as nondeterministic."""
+    return row is not None and NONDETERMINISTIC in row
+
+
+@dataclass(frozen=True)
+class Rate:
+    """`finding` of `scenario` seen in `seen` of `runs` runs (the first and the lone replays)."""
+
+    scenario: str
+    finding: str
+    seen: int
+    runs: int
+
+    @property
+    def deterministic(self):
+        return self.seen == self.runs
+
+    def __str__(self):
+        return (f"{self.finding!r} in {self.scenario}: seen in {self.seen} of {self.runs} runs "
+                f"(the suite's and {self.runs - 1} replays)")
+
+
+def replayed(firsts, replay, replays=REPLAYS):
+    """{name: [the findings of its first run, then of each replay]} for the scenarios of `firsts`
+    ({name: (findings of its first run, why it needs a second look)}), replayed apart from the rest
+    of the suite, together (one start of the ranks per replay keeps the time bounded), every one of
+    `replays` times: replay(names, attempt) -> {name: findings}. Prints each run's findings."""
+    names = sorted(firsts)
+    runs = {name: [set(firsts[name][0])] for name in names}
+    for name in names:
+        print(f"{name}: replayed {replays} times ({firsts[name][1]}); its run showed "
+              f"{sorted(runs[name][0])}")
+    for attempt in range(1, replays + 1) if names else ():
+        found = replay(names, attempt)
+        for name in names:
+            runs[name].append(set(found[name]))
+            print(f"replay {attempt} of {replays} of {name}: {sorted(runs[name][-1]) or 'nothing'}")
+    return runs
+
+
+def rates_of(name, runs):
+    """The Rate of every finding seen in any of `runs` (sets of findings) of scenario `name`."""
+    return [Rate(name, finding, sum(finding in run for run in runs), len(runs))
+            for finding in sorted(set().union(*runs))]
+
+
+def judge(rate, row, needs_row=False, must_be_absent=False):
+    """Why `rate` fails its test, or None when it passes. `row`: the verdict and "seen on" text of
+    KNOWN_UPSTREAM.md's row of the finding's cause (None: no row); `needs_row`: the test fails on
+    an untriaged finding of this kind; `must_be_absent`: the scenario must hold."""
+    if is_nondeterministic(row):
+        if rate.deterministic:
+            return (f"{rate}: its row triages a nondeterministic cause, and it came back every "
+                    f"time: a deterministic bug under that row?")
+        return None
+    if rate.deterministic:
+        if needs_row and row is None:
+            return f"{rate}: not triaged in KNOWN_UPSTREAM.md (deterministic)"
+        if must_be_absent:
+            return f"{rate}: in a scenario that holds (deterministic)"
+        return None
+    if needs_row or must_be_absent:
+        return (f"{rate}: nondeterministic, and no row of KNOWN_UPSTREAM.md triages it as "
+                f"nondeterministic with its cause" + (f" (its row: {row})" if row else ""))
+    return None
+
+
+def report(rates, rows, path):
+    """Prints the nondeterministic findings that passed (triaged as such) with their rates and
+    writes every judged rate to `path` (JSON: scenario, finding, seen, runs, row); returns the
+    nondeterministic ones."""
+    passed = [r for r in rates if not r.deterministic and is_nondeterministic(rows.get(r.finding))]
+    for rate in passed:
+        print(f"nondeterministic, triaged as such: {rate}")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump([dict(asdict(r), row=rows.get(r.finding)) for r in rates], f, indent=1)
+    return passed
