@@ -13,7 +13,6 @@ No oracle reads parameter data: an upstream engine may have emptied or moved it.
 
 from ..model import values
 from ..scenario import schema
-from ..scenario.placement import owner_rank
 from ..findings.verdict import Finding
 from .ledger import ObjectKey, WriteSkipped
 
@@ -78,37 +77,33 @@ class PlacementOracle:
                          f"became {actual} ({actual_basis})")))
         return findings
 
+    def _owner(self, value):
+        if type(value) is int:
+            return value % self._world_size
+        return None
+
     def _expected_owner(self, path):
         if self._policy.kind == "map":
             # Which rank holds a module is not observable upstream; what the map promises the
             # user is that PATH still names the module they placed.
             return f"rank {self._policy.owners[path]}, the user's module", "placement map"
         value = self._ledger.expected(ObjectKey(path, ""), self._policy.attr, values.ABSENT)
-        return owner_rank(value, self._world_size), f"user's {self._policy.attr}={values.describe(value)}"
+        return self._owner(value), f"user's {self._policy.attr}={values.describe(value)}"
 
     def _live_owner(self, path, original):
-        live, why = placed_module(self._ledger.built.root, path, original)
-        if live is None:
-            return None, why
+        try:
+            live = self._ledger.built.root.get_submodule(path)
+        except Exception as e:
+            return None, f"no module at this path any more: {type(e).__name__}"
+        if live is not original:
+            return None, f"the user's module at this path was replaced by a {type(live).__name__}"
         if self._policy.kind == "map":
             return f"rank {self._policy.owners[path]}, the user's module", "placement map"
         try:
             value = getattr(live, self._policy.attr, values.ABSENT)
         except Exception as e:
             return None, f"reading {self._policy.attr} raised {type(e).__name__}: {e}"
-        return owner_rank(value, self._world_size), f"live {self._policy.attr}={values.describe(value)}"
-
-
-def placed_module(root, path, original):
-    """(the module at `path` under `root` if it is still the user's `original`, else None, and
-    why not). A repro script's I2 checks carry this function (repro_runtime)."""
-    try:
-        live = root.get_submodule(path)
-    except Exception as e:
-        return None, f"no module at this path any more: {type(e).__name__}"
-    if live is not original:
-        return None, f"the user's module at this path was replaced by a {type(live).__name__}"
-    return live, None
+        return self._owner(value), f"live {self._policy.attr}={values.describe(value)}"
 
 
 class ManagedObjects:

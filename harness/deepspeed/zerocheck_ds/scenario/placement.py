@@ -38,9 +38,3 @@ def read_placement(value, path, world_size):
         placement.owners = {p: read_int(rank, key_path(owners_path, p), 0, world_size - 1)
                             for p, rank in raw.items()}
     return placement
-
-
-def owner_rank(value, world_size):
-    """attr_mod's rule: an expert whose attribute holds an int `value` belongs to rank value mod
-    `world_size`; any other value (absent, a float, a bool) places it nowhere (None)."""
-    return value % world_size if type(value) is int else None
