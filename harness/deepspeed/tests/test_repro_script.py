@@ -3,6 +3,8 @@ stub DeepSpeed (tests/fixtures/stub_deepspeed) find exactly what the replay find
 
 import ast
 import collections
+import contextlib
+import io
 import json
 import os
 import re
@@ -11,11 +13,15 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 from . import support
 from zerocheck_ds.engines import deepspeed_tree
+from zerocheck_ds.findings import summary_schema
+from zerocheck_ds.repro import minimise
 from zerocheck_ds.repro.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
 from zerocheck_ds.repro.repro_straight import DEEPSPEED_DEFAULTS, script_config
+from zerocheck_ds.suite import suite
 
 SCENARIOS = sorted(os.path.join(support.GOOD, n) for n in os.listdir(support.GOOD)) + [
     os.path.join(support.UPSTREAM, "ds_id_experts.json")]
@@ -259,7 +265,7 @@ class ReproScript(unittest.TestCase):
         }
         out = os.path.join(self.dir, "verdicts")
         replay = support.run_cli(["--scenarios", *SCENARIOS, "--out", out, "--adapter",
-                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+                                  "deepspeed", "--any-world"], extra_paths=[support.STUB_DEEPSPEED])
         self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
         scripts = [self.write(s, goals[name_of(s)]) for s in SCENARIOS]
         runs = dict(zip(map(name_of, SCENARIOS),
@@ -303,7 +309,7 @@ class ReproScript(unittest.TestCase):
                                  else len(scenario["ops"]) - 1)
         out = os.path.join(self.dir, "verdicts")
         replay = support.run_cli(["--scenarios", *scenarios, "--out", out, "--adapter",
-                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+                                  "deepspeed", "--any-world"], extra_paths=[support.STUB_DEEPSPEED])
         self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
         scripts = [self.write(path, goals[name_of(path)]) for path in scenarios]
         for path, script, run in zip(scenarios, scripts, self.run_scripts(
@@ -382,6 +388,121 @@ class ReproScript(unittest.TestCase):
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         self.assertIn("REPRODUCED test op: expected no exception, got RuntimeError (op 3: step "
                       "raised RuntimeError: stub deepspeed: step failed on purpose)", run.stdout)
+
+
+# Text a signature or a user's attribute name may hold: a line break, both quotes, a backslash,
+# ", " (where a long call is cut into lines), triple quotes and characters beyond ASCII.
+ODD = 'line\nbreak, "double" \'single\' \\back, """ é ☃'
+
+
+class OddText(unittest.TestCase):
+    """Every literal a writer emits is repr()-safe: a signature or attribute name holding ODD
+    gives a script, in each form, that compiles and prints its signature whole in the verdict (an
+    I5 signature with ", " was cut inside its string literal: a SyntaxError that lost a run)."""
+
+    setUp, tearDown = ReproScript.setUp, ReproScript.tearDown
+
+    def scenario(self, fixture, edit):
+        with open(fixture, encoding="utf-8") as f:
+            scenario = json.load(f)
+        edit(scenario)
+        path = os.path.join(self.dir, os.path.basename(fixture))
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(scenario, f)
+        return path
+
+    def test_each_form_compiles_and_prints_the_signature_whole(self):
+        def odd_attribute(scenario):
+            scenario["tree"][-1]["attrs"] = [{"name": ODD, "value": ODD}]
+            scenario["ops"].append({"op": "set_attr", "module": "", "name": ODD, "value": ODD})
+        seed = self.scenario(os.path.join(support.FIXTURES, "repro", "seed_bug_shrunk.json"),
+                             odd_attribute)
+        long = "I5 initialize: repeated initialize failed, not refused: " + "ValueError: x, " * 5
+        cases = {  # name -> (scenario, target, the form's mark)
+            "straight I1": (seed, target("I1", signature=f"I1 initialize: attribute {ODD!r}",
+                                         attribute=ODD, op_index=0, op="initialize",
+                                         module_path=ODD), "straight"),
+            "straight I5": (os.path.join(support.FIXTURES, "repro", "repeat_init.json"),
+                            target("I5", signature=long + ODD, op_index=1, op="initialize",
+                                   exception_type="ValueError", i5_expected=ODD), "straight"),
+            "general I1": (seed, target("I1", signature=ODD * 3, attribute=ODD), "general"),
+            "twin I3": (TwinScript.STALE, dict(TwinScript.GOAL, signature=long + ODD), "twin"),
+        }
+        scripts = []
+        for name, (scenario, goal, form) in cases.items():
+            with self.subTest(name):
+                text = repro_script_text(scenario, goal, script_name=ODD + ".py",
+                                         produced_on=ODD)
+                compile(text, "repro.py", "exec")
+                self.assertEqual("def initialize(op_index" in text, form == "general")
+                self.assertEqual("class Twin" in text, form == "twin")
+                scripts.append(os.path.join(self.dir, f"{len(scripts)}.py"))
+                write_repro_script(scenario, goal, scripts[-1])
+        batch = subprocess.run([sys.executable, "-c", RUN_EACH_PLAIN, *scripts], cwd=self.dir,
+                               env=script_env(), capture_output=True, text=True, timeout=300)
+        self.assertEqual(batch.returncode, 0, batch.stderr)
+        runs = [json.loads(line) for line in batch.stdout.splitlines()]
+        self.assertEqual(len(runs), len(cases), batch.stderr)
+        for (name, (_, goal, _)), run in zip(cases.items(), runs):
+            with self.subTest(name):
+                self.assertEqual(run["exit"], 0, run["stdout"] + batch.stderr)
+                self.assertTrue(run["stdout"].endswith(f"NOT REPRODUCED {goal['signature']}\n"),
+                                run["stdout"])
+
+
+class ShrinkWritesCheckedScripts(unittest.TestCase):
+    """--shrink on the stub DeepSpeed: each script written is run before it counts (verified:
+    REPRODUCED on the tree, NOT REPRODUCED with --plain), and a writer that raises costs its one
+    script, said in summary.json and report.md, never the run."""
+
+    def test_a_writer_that_raises_costs_one_script_and_the_other_is_verified(self):
+        real = minimise.write_repro_script
+
+        def broken_for_i5(scenario, goal, *rest):  # the old writer's SyntaxError on an I5
+            if goal["invariant"] == "I5":
+                raise SyntaxError("unterminated string literal (detected at line 37)")
+            return real(scenario, goal, *rest)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(support.FIXTURES, "repro", "repeat_init.json"),
+                      encoding="utf-8") as f:
+                scenario = json.load(f)
+            scenario["tree"][1]["attrs"] = [{"name": "ds_id", "value": 7}]  # the stub numbers it
+            path, out = os.path.join(tmp, "repeat_ds_id.json"), os.path.join(tmp, "out")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            stub_path = os.pathsep.join([support.STUB_DEEPSPEED, support.PACKAGE_ROOT])
+            with mock.patch.object(minimise, "write_repro_script", broken_for_i5), \
+                    mock.patch.dict(os.environ, PYTHONPATH=stub_path), \
+                    contextlib.redirect_stdout(io.StringIO()) as log:
+                code = suite.main(["--scenarios", path, "--out", out, "--adapter", "deepspeed",
+                                   "--world", "1", "--shrink", "--shrink-seconds", "20",
+                                   "--no-control"])
+            self.assertEqual(code, 1, log.getvalue())
+            with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+                summary = json.load(f)
+            with open(os.path.join(out, "report.md"), encoding="utf-8") as f:
+                report = f.read()
+        self.assertEqual(summary_schema.errors(summary), [])
+        minimal = {g["invariant"]: g["minimal"] for g in summary["signatures"]}
+        self.assertEqual(set(minimal), {"I1", "I5"}, log.getvalue())
+        broken, good = minimal["I5"], minimal["I1"]
+        self.assertEqual((broken["repro"], broken["script_check"], broken["script_error"]),
+                         (None, None, "SyntaxError: unterminated string literal (detected at "
+                                      "line 37)"))
+        self.assertIn("- script not written: SyntaxError: unterminated string literal", report)
+        self.assertIn("script not written: SyntaxError", log.getvalue())
+        self.assertIsNone(good["script_error"])
+        check = good["script_check"]
+        self.assertEqual(check["verified"], True, check)
+        self.assertIsNone(check["why"])
+        self.assertEqual(check["tree"]["exit"], 1)
+        self.assertTrue(check["tree"]["line"].startswith("REPRODUCED I1 initialize: attribute "
+                                                         "'ds_id'"), check)
+        self.assertEqual(check["plain"], {"exit": 0, "line": "NOT REPRODUCED " +
+                                          [g["signature"] for g in summary["signatures"]
+                                           if g["invariant"] == "I1"][0], "ranks": [0]})
+        self.assertIn("script verified: REPRODUCED on the tree", log.getvalue())
 
 
 # DeepSpeed v0.14.5's source, where the project's checkout has the shared trees beside it.

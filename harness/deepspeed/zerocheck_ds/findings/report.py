@@ -387,7 +387,9 @@ def write_markdown(path, run):
             out.append(f"- minimal scenario: `{m['scenario']}` ({m['before']['ops']} -> "
                        f"{m['after']['ops']} ops, {m['before']['modules']} -> "
                        f"{m['after']['modules']} modules, {m['seconds']} s, {m['stopped']})")
-            if not m.get("repro"):
+            if m.get("script_error"):  # the writer failed: that script only, said here
+                out.append(f"- script not written: {m['script_error']}")
+            elif not m.get("repro"):
                 out.append("- no standalone script: an I3, I4 or I9 finding needs the dense twin "
                            "(the replay below reproduces it)")
             if m.get("repro"):

@@ -11,12 +11,13 @@ flaky) is reported as not reproducible instead of shrunk.
 import json
 import os
 import re
-import subprocess
 import time
 
+from ..engines.checkout import checkout_commit
 from ..findings.outcomes import outcome_findings
 from ..findings.signatures import signature, slug
 from .repro_script import scripts_for, write_repro_script
+from .script_check import STARTUP_SECONDS, check_script
 from .shrink import shrink, size
 
 
@@ -75,16 +76,13 @@ def _repro_target(sig, finding):
 
 
 def produced_on(args, version):
-    """What the suite replayed on, for a repro script's header: the adapter, its version, and
-    the tree (with its git commit when it is a checkout)."""
+    """What the suite replayed on, for a repro script's header: the adapter, its version, and the
+    tree's commit where the tree is a checkout of its own (checkout.checkout_commit). Never the
+    tree's path: the script goes to people who do not have this machine."""
     text = f"{args.adapter} {version or '(version unknown)'}"
     tree = getattr(args, "deepspeed_tree", None)
-    if tree:
-        commit = subprocess.run(["git", "-C", tree, "rev-parse", "--short=12", "HEAD"],
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        text += f" from {tree}" + (f", commit {commit.stdout.strip()}"
-                                   if commit.returncode == 0 else "")
-    return text
+    commit = checkout_commit(tree) if tree else None
+    return text + (f", commit {commit}" if commit else "")
 
 
 def script_command(args, cwd, script, world_size):
@@ -121,19 +119,10 @@ def minimise_all(supervisor, run):
             json.dump(result.scenario, f, indent=1)
         # The finding as the minimal scenario shows it (op index, path) is what the script checks.
         trials.still_fails(result.scenario)
-        repro_path = os.path.join(args.out, "repro", f"{name}.py")
-        target = _repro_target(sig, trials.finding)
-        if scripts_for(minimal_path, target, args.stage):
-            os.makedirs(os.path.dirname(repro_path), exist_ok=True)
-            write_repro_script(minimal_path, target, repro_path, args.stage,
-                               produced_on(args, supervisor.version))
-            repro_command = script_command(args, supervisor.cwd, repro_path,
-                                           result.scenario["world_size"])
-        else:  # I4, I9, an I3 or I6 outside the twin form: the replay command reproduces it
-            repro_path = repro_command = None
+        script = _script(supervisor, run, minimal_path, sig, trials.finding,
+                         result.scenario["world_size"])
         run.minimal[sig] = {
-            "scenario": minimal_path, "repro": repro_path, "reproducible": True,
-            "repro_command": repro_command,
+            "scenario": minimal_path, "reproducible": True, **script,
             "before": size(original), "after": size(result.scenario),
             "attempts": trials.count, "seconds": round(time.monotonic() - started, 1),
             "stopped": result.stopped,
@@ -142,3 +131,41 @@ def minimise_all(supervisor, run):
         log(f"  [{i}/{len(groups)}] {m['before']['ops']}->{m['after']['ops']} ops, "
             f"{m['before']['modules']}->{m['after']['modules']} modules in {m['seconds']} s "
             f"({trials.count} runs, {result.stopped}): {sig}")
+        if m["script_error"]:
+            log(f"      script not written: {m['script_error']}")
+        elif m["script_check"]:
+            check = m["script_check"]
+            log("      script verified: REPRODUCED on the tree, NOT REPRODUCED with --plain"
+                if check["verified"] else f"      script not verified: {check['why']}")
+
+
+def _script(supervisor, run, minimal_path, sig, finding, world_size):
+    """Writes and runs the standalone script of one signature: {"repro", "repro_command",
+    "script_error", "script_check"}. A writer that raises costs this script only (the error is
+    recorded and the run goes on); a script written is run on the tree and with --plain before
+    it counts (script_check.check_script)."""
+    args = run.args
+    entry = {"repro": None, "repro_command": None, "script_error": None, "script_check": None}
+    repro_path = os.path.join(args.out, "repro", f"{slug(sig)}.py")
+    try:
+        target = _repro_target(sig, finding)
+        if not scripts_for(minimal_path, target, args.stage):
+            return entry  # I4, I9, an I3 or I6 outside the twin form: the replay reproduces it
+        os.makedirs(os.path.dirname(repro_path), exist_ok=True)
+        write_repro_script(minimal_path, target, repro_path, args.stage,
+                           produced_on(args, supervisor.version))
+    except Exception as e:  # noqa: BLE001 - a writer's bug costs its one script, said in the report
+        entry["script_error"] = f"{type(e).__name__}: {e}"
+        if os.path.exists(repro_path):
+            os.remove(repro_path)
+        return entry
+    entry["repro"] = repro_path
+    entry["repro_command"] = script_command(args, supervisor.cwd, repro_path, world_size)
+    try:
+        entry["script_check"] = check_script(repro_path, sig, world_size,
+                                             getattr(args, "script_environment", {}),
+                                             supervisor.cwd, args.scenario_timeout + STARTUP_SECONDS)
+    except Exception as e:  # noqa: BLE001 - e.g. no process could start: the script is unverified
+        entry["script_check"] = {"tree": None, "plain": None, "verified": False,
+                                 "why": f"running it failed: {type(e).__name__}: {e}"}
+    return entry

@@ -277,16 +277,17 @@ def gathered(module):
     """{name: a copy of each parameter's whole value}. Under ZeRO-3 from the ranks' partitions
     (`ds_tensor`, all-gathered with plain torch.distributed and cut to the parameter's shape, as
     the replay assembles them), not with GatheredParameters, which would step into the engine's
-    own prefetch bookkeeping between a forward and its backward."""
+    own prefetch bookkeeping between a forward and its backward. On the CPU, where the twin is,
+    whatever device the engine keeps them on."""
     values = {}
     for name, p in module.named_parameters():
         shard = getattr(p, "ds_tensor", None)
         if shard is None:
-            values[name] = p.detach().clone()
+            values[name] = p.detach().cpu().clone()
             continue
         parts = [torch.empty_like(shard) for _ in range(WORLD_SIZE)]
         torch.distributed.all_gather(parts, shard.detach().contiguous())
-        values[name] = torch.cat(parts)[:p.ds_numel].reshape(p.ds_shape)
+        values[name] = torch.cat(parts)[:p.ds_numel].reshape(p.ds_shape).cpu()
     return values
 
 

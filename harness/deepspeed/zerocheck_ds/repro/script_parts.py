@@ -6,7 +6,9 @@ what it does not. Each returns script text; none runs anything.
 """
 
 import ast
+import io
 import re
+import tokenize
 import textwrap
 
 import torch
@@ -152,11 +154,7 @@ def _key_source(key):
 def fitted(call):
     """A call in lines of at most 100 columns where its arguments allow: each line ends at an
     argument's comma, the next under the first argument."""
-    opening, depth, commas = call.index("(") + 1, 0, []
-    for i, c in enumerate(call):  # the commas between the call's own arguments
-        depth += (c in "([{") - (c in ")]}")
-        if c == "," and depth == 1 and i >= opening:
-            commas.append(i)
+    opening, commas = call.index("(") + 1, _argument_commas(call)
     lines, start = [], 0
     while len(call) - start + (opening if lines else 0) > 100:
         width = 100 - (opening if lines else 0)
@@ -167,6 +165,22 @@ def fitted(call):
         start = fitting[-1] + 2
     lines.append(call[start:])
     return ("\n" + " " * opening).join(lines)
+
+
+def _argument_commas(call):
+    """The offsets of the commas between a one-line call's own arguments: those at bracket depth
+    1, found by Python's tokenizer so that none inside a string literal counts (a signature may
+    hold ", ")."""
+    if "\n" in call:
+        return []
+    depth, commas = 0, []
+    for token in tokenize.generate_tokens(io.StringIO(call).readline):
+        if token.type != tokenize.OP:
+            continue
+        depth += (token.string in "([{") - (token.string in ")]}")
+        if token.string == "," and depth == 1:
+            commas.append(token.start[1])
+    return commas
 
 
 def rule(title):
