@@ -32,19 +32,18 @@ if not PLAIN:
 TRIALS, LAYERS = 300, 16
 
 
-def plain_gathers(params, expected, rank):
-    """The same gathers on plain torch.distributed: each rank's half, all_gather, reassembled."""
+def plain_gathers(expected, rank):
+    """The same gathers on plain torch.distributed: each rank's part of every parameter, one
+    blocking all_gather, reassembled."""
     torch.distributed.init_process_group("gloo")
     world = torch.distributed.get_world_size()
+    whole = torch.cat([e.flatten() for e in expected])
+    part = whole.chunk(world)[rank].clone()
     late = 0
     for _ in range(TRIALS):
-        for p, e in zip(params, expected):
-            part = e.flatten().chunk(world)[rank].clone()
-            parts = [torch.empty_like(part) for _ in range(world)]
-            torch.distributed.all_gather(parts, part)
-            if not torch.equal(torch.cat(parts).view_as(e), e):
-                late += 1
-                break
+        parts = [torch.empty_like(c) for c in whole.chunk(world)]
+        torch.distributed.all_gather(parts, part)
+        late += not torch.equal(torch.cat(parts), whole)
     return late
 
 torch.manual_seed(0)
@@ -52,7 +51,7 @@ model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(LAYERS)])
 expected = [p.detach().clone() for p in model.parameters()]
 rank = int(os.environ["RANK"])
 if PLAIN:
-    late = plain_gathers(list(model.parameters()), expected, rank)
+    late = plain_gathers(expected, rank)
     print(f"[rank {rank}] {late} of {TRIALS} plain gathers returned early", flush=True)
     print("REPRODUCED" if late else "NOT REPRODUCED")
     sys.exit(1 if late else 0)
