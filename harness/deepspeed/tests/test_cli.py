@@ -24,8 +24,9 @@ class CommandLine(unittest.TestCase):
         self._tmp.cleanup()
 
     def test_passthrough_holds_and_writes_verdicts(self):
+        # The good scenarios are for 1, 2 and 4 ranks: one rank's view of each (--any-world).
         run = support.run_cli(["--scenarios", support.GOOD, "--out", self.out,
-                               "--adapter", "passthrough"])
+                               "--adapter", "passthrough", "--any-world"])
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         names = sorted(n[: -len(".json")] for n in os.listdir(support.GOOD))
         self.assertEqual(sorted(os.listdir(self.out)),
@@ -43,7 +44,7 @@ class CommandLine(unittest.TestCase):
 
     def test_faulty_adapter_is_caught(self):
         run = support.run_cli(["--scenarios", support.good("experts_attr_mod"), "--out", self.out,
-                               "--adapter", "faulty"])
+                               "--adapter", "faulty", "--any-world"])
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         verdict = read_json(os.path.join(self.out, "experts_attr_mod.verdict.json"))
         self.assertFalse(verdict["ok"])
@@ -87,6 +88,29 @@ class CommandLine(unittest.TestCase):
                                "--adapter", "passthrough"], WORLD_SIZE="2")
         self.assertEqual(run.returncode, 2)
         self.assertIn("RANK is not set", run.stderr)
+
+    def test_a_scenario_for_another_world_is_a_usage_error(self):
+        # A world-2 scenario whose gather names modifier rank 1, on one rank: replayed, Gloo's
+        # "invalid root rank: 1" would read as the engine's finding. Refused before any replay,
+        # naming the file, its world_size and the ranks running it; the others are not named.
+        gather = os.path.join(support.PACKAGE_ROOT, os.pardir, "tests", "scenarios",
+                              "upstream_lifecycle", "gather_modifier_rank_1_submodule.json")
+        one_rank = support.good("name_collisions")
+        run = support.run_cli(["--scenarios", one_rank, gather, "--out", self.out,
+                               "--adapter", "passthrough"])
+        self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+        self.assertIn(f"{gather}: world_size 2, but 1 rank runs it (WORLD_SIZE unset)", run.stderr)
+        self.assertNotIn(one_rank, run.stderr)
+        self.assertNotIn("Traceback", run.stderr)
+        self.assertEqual(run.stdout, "")
+        self.assertFalse(os.path.exists(self.out))  # nothing replayed
+        # Rank 0 of two with a world-1 scenario: refused before the ranks meet (no rank 1 runs).
+        run = support.run_cli(["--scenarios", one_rank, "--out", self.out,
+                               "--adapter", "passthrough"], RANK="0", WORLD_SIZE="2",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(support.free_port()))
+        self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+        self.assertIn(f"{one_rank}: world_size 1, but 2 ranks run it (WORLD_SIZE=2)", run.stderr)
+        self.assertFalse(os.path.exists(self.out))
 
     def test_two_ranks_merge_their_findings_and_rank_0_writes(self):
         args = [sys.executable, "-m", "zerocheck_ds", "--scenarios",

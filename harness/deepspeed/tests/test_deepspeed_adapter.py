@@ -19,8 +19,10 @@ class DeepSpeedAdapter(unittest.TestCase):
         self._tmp.cleanup()
 
     def run_upstream(self, extra_paths, **variables):
+        # ds_id_experts is for 2 ranks: one rank's view of it (--any-world).
         return support.run_cli(["--scenarios", support.UPSTREAM, "--out", self.out,
-                                "--adapter", "deepspeed"], extra_paths=extra_paths, **variables)
+                                "--adapter", "deepspeed", "--any-world"], extra_paths=extra_paths,
+                               **variables)
 
     def verdict(self):
         with open(os.path.join(self.out, "ds_id_experts.verdict.json"), encoding="utf-8") as f:

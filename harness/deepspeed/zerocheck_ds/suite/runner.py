@@ -1,12 +1,13 @@
 """The command line: replay scenario files on an adapter and write one verdict per scenario.
 
     python3 -m zerocheck_ds --scenarios DIR_OR_FILE... --out DIR
-                            [--adapter deepspeed|passthrough|faulty]
+                            [--adapter deepspeed|passthrough|faulty] [--any-world]
 
 Exit codes: 0 every invariant held, 1 a finding, 2 bad usage or input (a malformed scenario,
-DeepSpeed not importable, an inconsistent distributed environment). Every scenario is read
-before anything runs, and before torch is imported, so bad input fails fast. Under torchrun
-(or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) every rank replays; rank 0 writes the files.
+DeepSpeed not importable, an inconsistent distributed environment, a scenario whose world_size
+is not the number of ranks running it). Every scenario is read before anything runs, and before
+torch is imported, so bad input fails fast. Under torchrun (or RANK/WORLD_SIZE/MASTER_ADDR/
+MASTER_PORT) every rank replays; rank 0 writes the files.
 """
 
 import argparse
@@ -41,6 +42,10 @@ def parse_args(argv):
                         help="engine under test (default: deepspeed)")
     parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None,
                         help="replay with this ZeRO stage instead of the scenarios' (3)")
+    parser.add_argument("--any-world", action="store_true",
+                        help="replay scenarios whose world_size differs from the ranks running "
+                             "them (placement keeps the scenario's; noted under skipped): a "
+                             "test's view of one rank, not DeepSpeed's behaviour at that world")
     return parser.parse_args(argv)
 
 
@@ -75,10 +80,27 @@ def load_all(files):
     return scenarios
 
 
+def check_world_sizes(files, scenarios, world_size):
+    """Raises UsageError naming every scenario file whose world_size is not `world_size`, the
+    number of ranks running it: replayed on other ranks, a scenario's operations name ranks that
+    do not exist (a gather's modifier rank 1 on one rank), and what fails is the invocation, not
+    the engine."""
+    ranks = "1 rank runs" if world_size == 1 else f"{world_size} ranks run"
+    size = os.environ.get("WORLD_SIZE")
+    wrong = [f"{path}: world_size {s.world_size}, but {ranks} it "
+             f"({'WORLD_SIZE=' + size if size else 'WORLD_SIZE unset'})"
+             for path, s in zip(files, scenarios) if s.world_size != world_size]
+    if wrong:
+        raise UsageError("\n  ".join(wrong) + "\n  run a scenario on its world_size ranks "
+                         "(torchrun --nproc_per_node N -m zerocheck_ds ..., or `python3 -m "
+                         "zerocheck_ds suite --world N`), or pass --any-world")
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        scenarios = load_all(scenario_files(args.scenarios))
+        files = scenario_files(args.scenarios)
+        scenarios = load_all(files)
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out}: exists and is not a directory")
         # torch (and possibly deepspeed) only once the input is known to be good.
@@ -89,6 +111,8 @@ def main(argv=None):
             world = world_module.from_environment()
         except world_module.WorldError as e:
             raise UsageError(str(e)) from None
+        if not args.any_world:
+            check_world_sizes(files, scenarios, world.world_size)
         try:
             adapter = make_adapter(args.adapter)
         except AdapterUnavailable as e:
