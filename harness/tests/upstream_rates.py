@@ -10,7 +10,10 @@ then judged by its rate over the runs (the suite's and the replays):
     "nondeterministic" fails too (a deterministic bug landing on a race's row);
   - seen in some runs, it is nondeterministic: where the test judges it at all, it passes only
     when KNOWN_UPSTREAM.md's row of its cause triages it as nondeterministic (the row gives its
-    own cause), never on a row of a deterministic bug; its rate is printed and written down.
+    own cause), never on a row of a deterministic bug; its rate is printed and written down;
+  - one that comes and goes only with such a cause is explained by it: seen only in the runs
+    where it struck, a consequence (judged as that cause); missing only from them, masked
+    (judged as deterministic).
 """
 
 import json
@@ -31,20 +34,31 @@ def is_nondeterministic(row):
 
 @dataclass(frozen=True)
 class Rate:
-    """`finding` of `scenario` seen in `seen` of `runs` runs (the first and the lone replays)."""
+    """`finding` of `scenario` seen in `seen` of `runs` runs (the first and the replays).
+    `struck`: the nondeterministic causes that explain why it comes and goes, when it does only
+    with them: `with_them` seen only in runs where one of them struck (their consequence, as the
+    twin parting at a race's initialize shows in that scenario's consolidation too), else missing
+    only from such runs (masked: I3 names the first place the twin parts, and the race's came
+    first)."""
 
     scenario: str
     finding: str
     seen: int
     runs: int
+    struck: tuple = ()
+    with_them: bool = False
 
     @property
     def deterministic(self):
-        return self.seen == self.runs
+        return self.seen == self.runs or (bool(self.struck) and not self.with_them)
 
     def __str__(self):
+        why = ""
+        if self.struck:
+            why = (f", only in runs where {list(self.struck)} struck" if self.with_them
+                   else f", missing only from runs where {list(self.struck)} struck")
         return (f"{self.finding!r} in {self.scenario}: seen in {self.seen} of {self.runs} runs "
-                f"(the suite's and {self.runs - 1} replays)")
+                f"(the suite's and {self.runs - 1} replays{why})")
 
 
 def replayed(firsts, replay, replays=REPLAYS):
@@ -65,16 +79,31 @@ def replayed(firsts, replay, replays=REPLAYS):
     return runs
 
 
-def rates_of(name, runs):
-    """The Rate of every finding seen in any of `runs` (sets of findings) of scenario `name`."""
-    return [Rate(name, finding, sum(finding in run for run in runs), len(runs))
-            for finding in sorted(set().union(*runs))]
+def rates_of(name, runs, rows):
+    """The Rate of every finding seen in any of `runs` (sets of findings) of scenario `name`; one
+    that comes and goes only with a cause `rows` triages as nondeterministic says which."""
+    rates = []
+    for finding in sorted(set().union(*runs)):
+        seen = [finding in run for run in runs]
+        rate = Rate(name, finding, sum(seen), len(runs))
+        if 0 < rate.seen < rate.runs and not is_nondeterministic(rows.get(finding)):
+            for with_them in (True, False):
+                odd = [run for run, there in zip(runs, seen) if there == with_them]
+                struck = [sorted(f for f in run if is_nondeterministic(rows.get(f))) for run in odd]
+                if all(struck):
+                    rate = Rate(name, finding, rate.seen, rate.runs,
+                                tuple(sorted(set().union(*map(set, struck)))), with_them)
+                    break
+        rates.append(rate)
+    return rates
 
 
 def judge(rate, row, needs_row=False, must_be_absent=False):
     """Why `rate` fails its test, or None when it passes. `row`: the verdict and "seen on" text of
     KNOWN_UPSTREAM.md's row of the finding's cause (None: no row); `needs_row`: the test fails on
     an untriaged finding of this kind; `must_be_absent`: the scenario must hold."""
+    if rate.with_them:
+        return None  # judged as the nondeterministic causes it comes with
     if is_nondeterministic(row):
         if rate.deterministic:
             return (f"{rate}: its row triages a nondeterministic cause, and it came back every "
@@ -96,7 +125,8 @@ def report(rates, rows, path):
     """Prints the nondeterministic findings that passed (triaged as such) with their rates and
     writes every judged rate to `path` (JSON: scenario, finding, seen, runs, row); returns the
     nondeterministic ones."""
-    passed = [r for r in rates if not r.deterministic and is_nondeterministic(rows.get(r.finding))]
+    passed = [r for r in rates if not r.deterministic
+              and (r.with_them or is_nondeterministic(rows.get(r.finding)))]
     for rate in passed:
         print(f"nondeterministic, triaged as such: {rate}")
     with open(path, "w", encoding="utf-8") as f:

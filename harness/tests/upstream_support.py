@@ -195,7 +195,7 @@ def judge_new_causes(summary, rows, replay, rates_path):
         again = replay(names, attempt)
         return {n: new_causes(again, n) for n in names}
     runs = replayed(firsts, causes_again)
-    rates = [rate for name in sorted(runs) for rate in rates_of(name, runs[name])]
+    rates = [rate for name in sorted(runs) for rate in rates_of(name, runs[name], rows)]
     failures = [why for why in (judge(r, rows.get(r.finding), needs_row=True) for r in rates)
                 if why]
     return failures, report(rates, rows, rates_path)

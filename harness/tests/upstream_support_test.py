@@ -66,8 +66,8 @@ class JudgeNewCauses(unittest.TestCase):
                          [("a", RACE, 2, 4)])
         self.assertEqual(str(passed[0]), f"{RACE!r} in a: seen in 2 of 4 runs "
                                          "(the suite's and 3 replays)")
-        self.assertIn({"scenario": "a", "finding": RACE, "seen": 2, "runs": 4, "row": ROWS[RACE]},
-                      written)
+        self.assertIn({"scenario": "a", "finding": RACE, "seen": 2, "runs": 4, "struck": [],
+                       "with_them": False, "row": ROWS[RACE]}, written)
 
     def test_an_untriaged_cause_fails_whether_it_comes_back_or_not(self):
         run = summary(("I3 step: x", ["a", "b"]))
@@ -96,6 +96,24 @@ class JudgeNewCauses(unittest.TestCase):
         self.assertTrue(any("'I3 step: known' in a: seen in 1 of 4 runs" in f
                             and "(its row: DeepSpeed bug | v0.14.5; master)" in f
                             for f in failures), failures)
+
+    def test_what_comes_only_with_a_race_is_its_consequence_and_what_it_hides_is_masked(self):
+        # "I3 step: known" shows only where the race struck in b, and is missing only from the
+        # runs where it struck in c (I3 names the first place the twin parts).
+        known, raced = summary(("I3 step: known", ["s"])), summary((RACE, ["s"]),
+                                                                   ("I3 step: known", ["s"]))
+        alone = summary((RACE, ["s"]))
+        failures, passed, _, _ = self.judge(raced, {"s": [summary(), raced, summary()]})
+        self.assertEqual(failures, [])
+        self.assertIn(f"'I3 step: known' in s: seen in 2 of 4 runs (the suite's and 3 replays, "
+                      f"only in runs where ['{RACE}'] struck)", list(map(str, passed)))
+        failures, passed, _, _ = self.judge(alone, {"s": [known, alone, known]})
+        self.assertEqual(failures, [])
+        self.assertEqual([(r.finding, r.seen) for r in passed], [(RACE, 2)])
+        # Missing from a run the race did not strike: nondeterministic on its own.
+        failures, _, _, _ = self.judge(raced, {"s": [known, summary(), known]})
+        self.assertIn("'I3 step: known' in s: seen in 3 of 4 runs (the suite's and 3 replays): "
+                      "nondeterministic", failures[0])
 
     def test_a_triaged_deterministic_cause_is_not_replayed(self):
         failures, passed, calls, written = self.judge(summary(("I3 step: known", ["a"])), {})
@@ -170,6 +188,14 @@ class CheckpointScenarios(unittest.TestCase):
         first = self.run_of("h", RACE)
         wrong, found, calls = self.judged("h", first, [self.run_of("h")] * 3, holds=["h"])
         self.assertEqual((wrong, found, len(calls)), ([], [(RACE, 1, 4)], 3))
+        # What the race brings with it (the consolidation differing from the twin) passes too;
+        # what it hides in a scenario that must hold does not.
+        wrong, found, _ = self.judged("h", self.run_of("h", RACE, "I3 step: known"),
+                                      [self.run_of("h")] * 3, holds=["h"])
+        self.assertEqual((wrong, found), ([], [("I3 step: known", 1, 4), (RACE, 1, 4)]))
+        wrong, _, _ = self.judged("h", self.run_of("h", RACE),
+                                  [self.run_of("h", "I3 step: known")] * 3, holds=["h"])
+        self.assertIn("in a scenario that holds (deterministic)", wrong[0])
         wrong, found, _ = self.judged("h", self.run_of("h", "I3 step: known"),
                                       [self.run_of("h")] * 3, holds=["h"])
         self.assertEqual(found, [("I3 step: known", 1, 4)])
