@@ -24,6 +24,7 @@ only: a script never imports zerocheck_ds.
 
 import ast
 import copy
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -433,6 +434,13 @@ def definitions(module, imported=True):
     `module`, in the module's order (an assignment's trailing comment is not kept), and unless
     not `imported`, for each name it imports from a module of this package, that definition and
     what it uses there (a rule is written once, where it belongs, and copied from there)."""
+    return dict(_definitions(module, imported))
+
+
+@functools.lru_cache(maxsize=None)
+def _definitions(module, imported):
+    # Parsed once per module: a script's sections ask for the same modules again and again, and
+    # each import followed parses its module's own imports (60 s a script uncached).
     text = inspect.getsource(module)
     found = {}
     for node in ast.parse(text).body:
