@@ -29,9 +29,10 @@ One such finding is known: zero_init_tied (and zero_init_adam_save_load, built t
 its seeded values inside GatheredParameters(..., modifier_rank=0) under zero.Init; on Gloo the
 coalesced gather there waits for its last all_gather only, an earlier one can land after the write
 and undo it, and the exit's broadcast and repartition keep the undone value, so the weights differ
-from the twin right after initialize (I3). It is the Gloo all_gather race of KNOWN_UPSTREAM.md on
-the write side: measured on v0.14.5 in about 4 of 50 runs of the scenario alone, and in none with
-every all_gather waited for (what PR #8539 does upstream).
+from the twin right after initialize (I3; in zero_init_adam_save_load its consolidations differ
+from the twin with it). It is the Gloo all_gather race of KNOWN_UPSTREAM.md on the write side:
+measured on v0.14.5 in 4 of 70 runs of zero_init_tied alone and 1 of 9 of zero_init_adam_save_load,
+and in none of 30 with every all_gather waited for (what PR #8539 does upstream).
 """
 
 import os
