@@ -320,6 +320,54 @@ class RepeatedInitialize(unittest.TestCase):
         self.assertIn(("forward runs", "raised"), found)
 
 
+class InvalidConfigInitialize(unittest.TestCase):
+    """I5 for an initialize given an invalid config, judged as the replay's lifecycle judges it:
+    refused as a configuration error (deepspeed_adapter's rule, by the classes' names), nothing
+    changed, the probe's forward still runs; under --plain not called."""
+
+    def setUp(self):
+        rt.failures.clear()
+        rt.model = torch.nn.Linear(4, 4)
+        rt.SEED, rt.BATCH, rt.FEATURES = 1, 2, 4
+
+    def attempt(self, call, plain=False):
+        rt.PLAIN = plain
+        self.addCleanup(setattr, rt, "PLAIN", False)
+        with contextlib.redirect_stdout(io.StringIO()):
+            rt.invalid_initialize(0, "zero_stage", [None], call, rt.model)
+        return [(f[1], f[2], f[3]) for f in rt.failures]
+
+    def raises(self, error):
+        def call():
+            raise error
+        return call
+
+    def test_a_configuration_error_that_changes_nothing_is_no_finding(self):
+        validation = type("ValidationError", (ValueError,), {"__module__": "pydantic.main"})
+        for error in (AssertionError("batch"), validation("stage"),
+                      type("DeepSpeedConfigError", (Exception,), {})("x"),
+                      type("ZeRORuntimeException", (Exception,), {})("offload")):
+            with self.subTest(type(error).__name__):
+                self.assertTrue(rt.is_config_error(error))
+                self.assertEqual(self.attempt(self.raises(error)), [])
+        self.assertFalse(rt.is_config_error(type("ValidationError", (ValueError,), {})("x")))
+        self.assertEqual(self.attempt(self.raises(KeyError("x")), plain=True), [])
+
+    def test_accepted_another_error_or_a_change_is_a_finding(self):
+        self.assertEqual(self.attempt(lambda: None), [("invalid config", "refused", "accepted")])
+        rt.failures.clear()
+        self.assertEqual(self.attempt(self.raises(KeyError("x"))),
+                         [("invalid config", "a configuration error", "KeyError")])
+        rt.failures.clear()
+
+        def hooks_left():
+            rt.model.register_forward_pre_hook(lambda module, inputs: None)
+            raise AssertionError("refused, but late")
+        self.assertEqual(self.attempt(hooks_left),
+                         [("invalid config", "nothing changed", "1 change(s)")])
+        self.assertIn("_forward_pre_hooks", rt.failures[0][4])
+
+
 class RepeatedInitializeUnjudged(unittest.TestCase):
     """A repeat where the finding is another invariant's: run as the replay runs it (the repeat,
     then the probe's forward), nothing judged."""

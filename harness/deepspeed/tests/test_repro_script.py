@@ -380,6 +380,55 @@ class ReproScript(unittest.TestCase):
         self.assertEqual((run.returncode, run.stdout.splitlines()[-1]),
                          (0, "NOT REPRODUCED test op"), run.stdout + run.stderr)
 
+    def test_an_invalid_config_is_given_to_the_initialize_as_the_replay_gives_it(self):
+        # The failed-initialize scenario (an initialize given config_error offload_optimizer,
+        # which the stub accepts): alone, and before the root's engine trains. The script gives
+        # the same invalid config (straight-line form) and finds on the stub what the replay
+        # finds; on plain PyTorch it is refused and nothing reproduces.
+        with open(os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios",
+                               "upstream_lifecycle", "config_error_offload_optimizer.json"),
+                  encoding="utf-8") as f:
+            base = json.load(f)
+        self.assertEqual(base["ops"][0]["config_error"], "offload_optimizer")
+        scenarios = []
+        for name, ops in (("alone", base["ops"][:1]),
+                          ("before_training", base["ops"][:1] + base["ops"][2:6])):
+            scenarios.append(os.path.join(self.dir, f"config_error_{name}.json"))
+            with open(scenarios[-1], "w", encoding="utf-8") as f:
+                json.dump(dict(base, world_size=1, ops=ops), f)
+        out = os.path.join(self.dir, "verdicts")
+        replay = support.run_cli(["--scenarios", *scenarios, "--out", out, "--adapter",
+                                  "deepspeed"], extra_paths=[support.STUB_DEEPSPEED])
+        self.assertEqual(replay.returncode, 1, replay.stdout + replay.stderr)
+        goal = target("I5", signature="I5 initialize: an invalid config accepted", op_index=0,
+                      op="initialize", attribute="invalid config", i5_expected="refused")
+        scripts = [self.write(path, goal) for path in scenarios]
+        for script in scripts:
+            with open(script, encoding="utf-8") as f:
+                text = f.read()
+            self.assertNotIn("def initialize(op_index", text)  # the straight-line form
+            self.assertIn("['zero_optimization']['offload_optimizer'] = {'device': 'cpu'}", text)
+            self.assertIn("invalid_initialize(0, 'offload_optimizer', [user_optimizer]", text)
+        runs = self.run_scripts(scripts, extra_paths=[support.STUB_DEEPSPEED])
+        plains = self.run_scripts(scripts, ["--plain"])
+        for path, run, plain in zip(scenarios, runs, plains):
+            with self.subTest(name_of(path)):
+                with open(os.path.join(out, f"{name_of(path)}.verdict.json"),
+                          encoding="utf-8") as f:
+                    findings = [f for f in json.load(f)["findings"] if f["invariant"] == "I5"]
+                self.assertTrue(any(f["actual"] == "accepted" for f in findings), findings)
+                found = collections.Counter((inv, int(op) if op else None)
+                                            for inv, op in FAILED_LINE.findall(run.stdout))
+                self.assertEqual(found, collections.Counter(
+                    (f["invariant"], f["op_index"]) for f in findings), run.stdout)
+                self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+                self.assertIn("REPRODUCED I5 initialize: an invalid config accepted: expected "
+                              "refused, got accepted (op 0: an initialize with an invalid config "
+                              "(offload_optimizer) was accepted)", run.stdout)
+                self.assertEqual((plain.returncode, plain.stdout),
+                                 (0, "NOT REPRODUCED I5 initialize: an invalid config accepted\n"),
+                                 plain.stderr)
+
     def test_an_operation_raising_is_reproduced_with_its_exception(self):
         goal = target("op", exception_type="RuntimeError")
         run, = self.run_scripts([self.write(SCENARIOS[-1], goal)],

@@ -6,6 +6,10 @@ signature. The minimal scenario goes to DIR/minimal/<slug>.json and a standalone
 (repro_script.py, torch and deepspeed only) to DIR/repro/<slug>.py. A signature the original
 scenario no longer shows when run again on its own (it needed an earlier scenario, or it is
 flaky) is reported as not reproducible instead of shrunk.
+
+A script is run before it counts (script_check.py: REPRODUCED on the tree, NOT REPRODUCED with
+--plain; the entry's script_check says whether it was verified, and why not), and a writer that
+raises costs that one script (the entry's script_error), never the run's summary and report.
 """
 
 import json
@@ -15,7 +19,7 @@ import time
 
 from ..engines.checkout import checkout_commit
 from ..findings.outcomes import outcome_findings
-from ..findings.signatures import signature, slug
+from ..findings.signatures import INVALID_CONFIG, signature, slug
 from .repro_script import scripts_for, write_repro_script
 from .script_check import STARTUP_SECONDS, check_script
 from .shrink import shrink, size
@@ -60,6 +64,8 @@ def _i5_expected(finding):
     """How the script words what a correct engine does, for each kind of I5 finding."""
     if finding["invariant"] != "I5":
         return None
+    if finding.get("attribute") == INVALID_CONFIG:  # refused / a configuration error / unchanged
+        return finding.get("expected")
     if finding.get("attribute"):
         return "forward runs"
     if finding.get("actual") == "accepted":

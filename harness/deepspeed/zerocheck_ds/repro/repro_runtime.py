@@ -418,6 +418,49 @@ def verdict(signature, invariant, attribute=None, actual=None, expected_start=""
     (os._exit if torch.distributed.is_initialized() else sys.exit)(1 if found else 0)
 
 
+def is_config_error(error):
+    """DeepSpeed's refusal of a config it cannot use (deepspeed_adapter's rule, by the classes'
+    names: the script imports none of them): its config checks' AssertionError, pydantic's
+    ValidationError, DeepSpeedConfigError, or ZeRORuntimeException (a setting its ZeRO cannot run
+    with the given optimizer)."""
+    return any(c.__name__ in ("AssertionError", "DeepSpeedConfigError", "ZeRORuntimeException")
+               or c.__name__ == "ValidationError" and c.__module__.startswith("pydantic")
+               for c in type(error).__mro__)
+
+
+def invalid_initialize(op_index, what, optimizers, attempt, forward):
+    """I5, for an initialize given an invalid config (`what`: which setting), as the replay judges
+    it: `attempt()` raises a configuration error, changes nothing in the model (its fingerprint,
+    the parameters' values) or `optimizers`, and training's `forward(x)` still runs. Under --plain
+    it is not called: refused, as a correct engine refuses it."""
+    before = fingerprint(model, optimizers)
+    values = {name: p.detach().clone() for name, p in model.named_parameters()}
+    what, refused = f"an initialize with an invalid config ({what})", PLAIN
+    try:
+        if not PLAIN:
+            attempt()
+            fail("I5", op_index, "invalid config", "refused", "accepted", f"{what} was accepted")
+    except ERRORS as e:
+        refused = True
+        if not is_config_error(e):
+            fail("I5", op_index, "invalid config", "a configuration error", type(e).__name__,
+                 f"{what} failed with {type(e).__name__}: {e}, not as a configuration error")
+    changes = fingerprint_changes(before, fingerprint(model, optimizers)) + [
+        f"parameter {name!r} values: changed" for name, p in model.named_parameters()
+        if name in values and (p.shape != values[name].shape
+                               or not torch.equal(p.detach(), values[name]))]
+    if changes:
+        fail("I5", op_index, "invalid config", "nothing changed", f"{len(changes)} change(s)",
+             f"{what} changed the model or optimizers: {'; '.join(changes[:5])}")
+    state = "rejected" if refused else "repeated"
+    try:  # a forward without gradients changes no state
+        with torch.no_grad():
+            forward(probe_input(op_index))
+    except ERRORS as e:
+        fail("I5", op_index, f"training still runs after a {state} initialize", "forward runs",
+             "raised", f"training no longer runs after a {state} initialize: "
+             f"{type(e).__name__}: {e}")
+
 # The script's own globals: never copied (the generator writes them).
 SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
                   "SCENARIO_WORLD_SIZE", "PREFIX", "PLAIN", "SEED", "RANK", "BATCH", "FEATURES",

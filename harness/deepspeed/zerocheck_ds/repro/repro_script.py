@@ -82,6 +82,10 @@ def repro_script_text(scenario_path, target, script_name="repro.py", stage=3, pr
         return repro_twin.text(plan, target, script_name, stage, produced_on)
     if repro_straight.fits(plan, target):
         return repro_straight.text(plan, target, script_name, stage, produced_on)
+    if plan.invalid_configs:
+        raise ValueError("an initialize given an invalid config (config_error) gets a script only "
+                         "where the straight-line form takes its scenario (repro_straight.py): "
+                         "see scripts_for()")
     # Teardown (engine.destroy() on the engines left) can matter only to a finding it may show
     # (one at no operation), or where engines are released or repeated anyway.
     plan.teardown = plan.initializes and (target.get("op_index") is None or plan.initializes > 1
@@ -123,13 +127,16 @@ def code_lines(text):
 
 
 def scripts_for(scenario_path, target, stage=3):
-    """Whether repro_script_text makes a script for `target` on this scenario: always for
-    TARGET_INVARIANTS, for I3 and I6 where the dense-twin form takes the scenario."""
-    if target.get("invariant") in TARGET_INVARIANTS:
-        return True
-    if target.get("invariant") not in TWIN_INVARIANTS:
+    """Whether repro_script_text makes a script for `target` on this scenario: for
+    TARGET_INVARIANTS unless an initialize is given an invalid config outside the straight-line
+    form, for I3 and I6 where the dense-twin form takes the scenario."""
+    if target.get("invariant") not in TARGET_INVARIANTS + TWIN_INVARIANTS:
         return False
-    return repro_twin.fits(_Plan(load_scenario(scenario_path)), target, stage)
+    plan = _Plan(load_scenario(scenario_path))
+    if target["invariant"] in TWIN_INVARIANTS:
+        return repro_twin.fits(plan, target, stage)
+    # The general form has no invalid config to give an initialize: the straight one, or none.
+    return not plan.invalid_configs or repro_straight.fits(plan, target)
 
 
 def write_repro_script(scenario_path, target, out_path, stage=3, produced_on=None):
@@ -174,7 +181,9 @@ class _Plan:
         # leaves out the seeded values and the route-taking classes.
         kinds = [op.op for op in scenario.ops]
         self.initializes = kinds.count("initialize")
-        self.runs_forward = "forward" in kinds or self.initializes > 1
+        self.invalid_configs = any(op.op == "initialize" and op.config_error is not None
+                                   for op in scenario.ops)
+        self.runs_forward = "forward" in kinds or self.initializes > 1 or self.invalid_configs
         self.ops_used = set(kinds) | ({"release"} if "destroy" in kinds else set())
 
     def skip_reason(self, obj, key, name):

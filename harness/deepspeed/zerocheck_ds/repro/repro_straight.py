@@ -8,7 +8,9 @@ is its own few lines (repro_runtime.initialize: deepspeed.initialize, or under -
 itself, or where the script trains PlainEngine; a repeat a correct engine refuses goes through
 repro_runtime.repeat_initialize, I5, where the finding is I5's, else it only runs, as the replay
 runs it: repeat_initialize_unjudged), each followed by the target's own check; `verdict` prints
-REPRODUCED or NOT REPRODUCED and exits 1 or 0. CONFIG leaves out what DeepSpeed holds anyway
+REPRODUCED or NOT REPRODUCED and exits 1 or 0. An initialize given an invalid config (the
+scenario's config_error) gets that config, made from CONFIG line by line, and is judged as the
+replay judges it (repro_runtime.invalid_initialize). CONFIG leaves out what DeepSpeed holds anyway
 (DEEPSPEED_DEFAULTS). What the replay decides at run time about training is decided here from
 the scenario alone (a backward without a forward, a step without a backward: skipped, as
 DeepSpeed's loop needs), and a script that trains or repeats ends at the finding's operation.
@@ -22,8 +24,9 @@ import copy
 import pprint
 
 from ..engines.deepspeed_adapter import deepspeed_config
+from ..findings.signatures import INVALID_CONFIG
 from ..model import tree
-from ..scenario import schema
+from ..scenario import config_errors, schema
 from ..scenario.scenario import TensorLiteral
 from . import repro_runtime
 from .script_parts import (OWNER_CHECKS, build_section, comment, copied_section, fitted,
@@ -37,14 +40,20 @@ _INVARIANTS = schema.some("invariants", "I1", "I2", "I5") + ("op",)
 
 def fits(plan, target):
     """Whether the scenario and target take the straight-line form: no release, a finding at an
-    operation (no teardown to replay), and at most one initialize; or, for training and repeated
-    initializes, the root's engine first (every later initialize a correct engine refuses, every
-    forward through it), with trainable parameters, and no route for an MoE to take."""
+    operation (no teardown to replay), and at most one initialize (an I5 finding only where it is
+    given an invalid config); or, for training and repeated initializes, the root's engine first
+    (every later initialize a correct engine refuses, every forward through it; before it only
+    the user's writes and initializes given an invalid config), with trainable parameters, and no
+    route for an MoE to take."""
     ops = plan.scenario.ops
     return (target["invariant"] in _INVARIANTS and all(op.op in _OPS + _TRAINING_OPS for op in ops)
             and (target.get("op_index") is not None or not plan.initializes)
             and (_through_the_root(plan, target) if _trains(plan) or plan.initializes > 1
-                 else target["invariant"] != "I5"))
+                 else target["invariant"] != "I5" or target.get("attribute") == INVALID_CONFIG))
+
+
+def _valid_initialize(op):
+    return op.op == "initialize" and op.config_error is None
 
 
 def _trains(plan):
@@ -53,9 +62,9 @@ def _trains(plan):
 
 def _through_the_root(plan, target):
     ops = plan.scenario.ops
-    first = next((i for i, op in enumerate(ops) if op.op == "initialize"), len(ops))
+    first = next((i for i, op in enumerate(ops) if _valid_initialize(op)), len(ops))
     return (first < len(ops) and ops[first].target == ""
-            and all(op.op in schema.some("ops", "set_attr", "del_attr") for op in ops[:first])
+            and all(op.op in _OPS for op in ops[:first])  # the initializes there are invalid
             and target.get("op_index") is not None
             and any(p.requires_grad for p in plan.built.root.parameters())
             and (not any(node.kind == "MoE" for node in plan.scenario.tree)
@@ -160,6 +169,7 @@ def settings_section(plan, stage):
              '    print(f"usage: {sys.argv[0]} [--plain]", file=sys.stderr)',
              "    sys.exit(2)",
              'PLAIN = sys.argv[1:] == ["--plain"]']
+    plan.config_value = config  # what an initialize given an invalid config breaks
     if plan.runs_forward:  # the seeded micro-batches: the numbers, and this process's rank
         lines += [f"SEED, BATCH, FEATURES = {s.seed}, {s.batch}, {s.features}",
                   'RANK = int(os.environ.get("RANK", "0"))']
@@ -219,7 +229,9 @@ def _operations(plan, target, checks):
         lines.append("")
         # An operation raising is the finding at its own operation (at any, where none is named).
         wrap = target["invariant"] == "op" and target.get("op_index") in (None, i)
-        if op.op == "initialize":
+        if op.op == "initialize" and op.config_error is not None:
+            block = _invalid_initialize(plan, i, op, optimizers)
+        elif op.op == "initialize":
             block = _initialize(plan, i, op, wrap, engine, optimizers,
                                 judged=target["invariant"] == "I5")
         elif op.op in _TRAINING_OPS:
@@ -306,3 +318,49 @@ def _initialize(plan, i, op, wrap, engine, optimizers, judged):
         return lines + [call]
     return lines + ["try:", "    " + call.replace("\n", "\n    "), "except ERRORS as e:",
                     f'    op_failed({i}, "initialize", e)']
+
+
+def _invalid_initialize(plan, i, op, optimizers):
+    """The lines of an initialize given an invalid config (the scenario's config_error), judged
+    as the replay judges it (repro_runtime.invalid_initialize); `optimizers`: the sources of those
+    given to the valid initializes before (non-empty: the root's engine is live, and the forward
+    that checks training still runs goes through it)."""
+    what = "the root" if op.target == "" else f"module {op.target!r}"
+    try:
+        module = plan.built.root.get_submodule(op.target)
+    except Exception:
+        return [comment(f"op {i}: initialize {what}: skipped, no module at this path")]
+    if op.optimizer == "fresh" and not any(p.requires_grad for p in module.parameters()):
+        return [comment(f"op {i}: initialize {what} with a fresh optimizer: skipped, it has no "
+                        f"trainable parameters")]
+    source = module_expression(op.target)
+    lines = [comment(f"op {i}: initialize {what} with "
+                     + ("the user's optimizer" if op.optimizer == "same" else "a fresh optimizer")
+                     + f" and an invalid config ({op.config_error}: "
+                     + schema.CONFIG_ERRORS[op.config_error].rstrip(".")
+                     + "): a correct engine refuses it as a configuration error and changes "
+                       "nothing")]
+    optimizer = "user_optimizer"
+    if op.optimizer == "fresh":
+        optimizer = f"optimizer{i}"
+        lines.append(f"{optimizer} = {optimizer_source(plan.scenario, f'trainable({source})')}")
+    broken = config_errors.invalid_config(plan.config_value, op.config_error,
+                                          plan.scenario.world_size)
+    lines += [f"invalid{i} = copy.deepcopy(CONFIG)"] + _edits(plan.config_value, broken,
+                                                                f"invalid{i}")
+    forward = ("lambda x: engine(x.to(engine.device))" if optimizers
+               else "lambda x: model(x.to(next(model.parameters(), x).device))")
+    watched = ", ".join(dict.fromkeys(["user_optimizer", optimizer] + optimizers))
+    return lines + [fitted(f"invalid_initialize({i}, {op.config_error!r}, [{watched}], "
+                           f"lambda: initialize({source}, {optimizer}, invalid{i}), {forward})")]
+
+
+def _edits(config, broken, name):
+    """The statements that make `name`, a copy of `config`, into `broken` (nested dicts)."""
+    lines = []
+    for key, value in broken.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            lines += _edits(config[key], value, f"{name}[{key!r}]")
+        elif key not in config or config[key] != value:
+            lines.append(f"{name}[{key!r}] = {value!r}")
+    return lines + [f"del {name}[{key!r}]" for key in config if key not in broken]

@@ -238,7 +238,9 @@ def header_section(plan, target, script_name, body, stage, produced_on):
         (("check_owner_by_attr", "check_owner_by_map"), "after every operation, I2: placement "
                                                          "owners agree"),
         (("repeat_initialize",), f"at every repeated initialize, I5: it raises an error saying "
-                                 f"{REFUSAL_TEXT!r}, changes nothing, and a forward still runs"))
+                                 f"{REFUSAL_TEXT!r}, changes nothing, and a forward still runs"),
+        (("invalid_initialize",), "at an initialize given an invalid config, I5: it raises a "
+                                  "configuration error, changes nothing, and a forward still runs"))
         if any(n in defined for n in names)]
     checks = ("Every failure on the way is printed as FAILED, and the run goes on. "
               + (f"Checked {'; '.join(held)}." if held
