@@ -35,7 +35,7 @@ from ..findings import baseline as baseline_module, issue_drafts, report
 from ..findings.outcomes import (checks_of, outcome_findings, raising_steps, skipped_of, verdict,
                                  written_of)
 from ..findings.verdict import NEW_INVARIANTS, merge_tallies, write_json
-from . import control
+from . import control, coverage
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
 
@@ -95,6 +95,12 @@ def parse_args(argv):
     p.add_argument("--no-audit", action="store_true",
                    help="do not audit attribute writes (no writer named in I1/I2 findings; "
                         "to measure what the audit costs)")
+    p.add_argument("--coverage", metavar="FILE",
+                   help="trace every rank and write which lines of the engine's code the "
+                        "scenarios executed to FILE (JSON; a summary is printed; coverage.py)")
+    p.add_argument("--coverage-of", default=",".join(coverage.DEFAULT_FILES), metavar="GLOBS",
+                   help="the files --coverage measures, globs under the engine's package "
+                        "(default: %(default)s)")
     p.add_argument("--no-control", action="store_true",
                    help="do not replay each signature on the pass-through engine first")
     args = p.parse_args(argv)
@@ -304,7 +310,9 @@ def _main(args):
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE, None
     signal.signal(signal.SIGTERM, _interrupt)
-    supervisor = Supervisor(args, env, cwd, log)
+    coverage_files = tuple(filter(None, args.coverage_of.split(",")))
+    rank_env = coverage.rank_environment(env, args.out, coverage_files) if args.coverage else env
+    supervisor = Supervisor(args, rank_env, cwd, log)
     checker = Supervisor(control.control_args(args), env, cwd, log, logs="logs-control")
     run = report.Run(args=args, files=dict(zip((s.name for s in scenarios), map(os.path.abspath, files))))
     try:
@@ -313,6 +321,9 @@ def _main(args):
             return status, None
         run.finish(supervisor.version, supervisor.starts())
         run.versions = supervisor.versions
+        if args.coverage:  # the replay's lines only: shrinking and the control come after
+            coverage.write(args.out, args.coverage, coverage_files, supervisor.version,
+                           len(scenarios), log)
         if args.shrink:
             from ..repro.minimise import minimise_all
             minimise_all(supervisor, run)

@@ -19,6 +19,9 @@ scenario's saves go (the supervisor makes it empty beforehand and removes it aft
 "resume": {"op_index", "world_size", "target", "folder"}: the second world of a load with a
 world_size (reshard.py), which `done` of the saving world listed under "reshard" (--reshard).
 
+A rank of a suite run with --coverage starts traced (coverage_trace.py, through the environment):
+after each scenario, before `done`, it saves the lines of the engine's code it executed so far.
+
 ZEROCHECK_DS_INJECT (tests only) makes a rank die or hang on purpose, to prove the supervisor
 survives both: "crash:SCENARIO:RANK" (SIGSEGV) or "hang:SCENARIO:RANK", at the scenario's
 first operation. ZEROCHECK_DS_PLANT (tests only) "SCENARIO:FAULT,..." sets ZEROCHECK_PLANTED_FAULT
@@ -37,6 +40,7 @@ import traceback
 
 from ..engines import ADAPTER_NAMES
 from ..scenario.scenario import load_scenario
+from . import coverage_trace
 
 REPLY_FD_VARIABLE = "ZEROCHECK_DS_REPLY_FD"
 INJECT_VARIABLE = "ZEROCHECK_DS_INJECT"
@@ -162,6 +166,7 @@ def main(argv):
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
                 message=f"the replay stopped: {type(e).__name__}: {e}")])
+        coverage_trace.save()  # before `done`: the supervisor may merge or kill right after
         replies.send(done=name, findings=[vars(f) for f in result.findings],
                      skipped=result.skipped, checks=result.checks, written=result.written,
                      reshard=result.reshard)
