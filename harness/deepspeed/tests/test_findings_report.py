@@ -15,6 +15,7 @@ from unittest import mock
 from . import support
 
 from zerocheck_ds.suite import suite
+from zerocheck_ds.findings import report
 
 from zerocheck_ds.findings import summary_schema
 SITE_NOISE = "Setting ds_accelerator to cpu (override)"
@@ -133,6 +134,47 @@ class FindingsReport(unittest.TestCase):
         self.assertEqual(modules["covered"] + len(modules["never_written"]), modules["asked"])
         self.assertEqual(params["covered"] + len(params["never_written"]), params["asked"])
         self.assertTrue(params["never_written"])
+
+
+class ScriptStatus(unittest.TestCase):
+    """report.md calls a script verified only when the suite ran it and saw REPRODUCED on the
+    tree and NOT REPRODUCED with --plain; any other is named unverified, with the reason."""
+
+    def cause(self, check):
+        minimal = {"repro": "OUT/repro/s.py", "reproducible": True, "script_check": check}
+        return {"title": "I5: raised in deepspeed/runtime/engine.py _forward_prologue()",
+                "location": None, "count": 1, "scenarios": ["s"], "signatures": ["I5 x"],
+                "example": {"message": "m"}, "triage": None, "draft": "OUT/issues/b.md",
+                "minimal": minimal}
+
+    def test_a_verified_script_is_called_verified(self):
+        text = "\n".join(report._cause_markdown(self.cause(
+            {"tree": {}, "plain": {}, "verified": True, "why": None}), "OUT"))
+        self.assertIn("- standalone script, verified (REPRODUCED on the tree, NOT REPRODUCED "
+                      "with --plain): `OUT/repro/s.py`", text)
+
+    def test_an_unverified_script_is_named_so_with_the_reason(self):
+        why = "with --plain, the script exited 1 and printed 'REPRODUCED I5 x', not NOT REPRODUCED"
+        for check, reason in (({"tree": {}, "plain": {}, "verified": False, "why": why}, why),
+                              (None, "the suite did not run it")):
+            text = "\n".join(report._cause_markdown(self.cause(check), "OUT"))
+            self.assertIn(f"- script NOT verified ({reason}); not a reproduction until it is: "
+                          f"`OUT/repro/s.py`", text)
+            self.assertNotIn("standalone script", text)
+
+    def test_the_root_cause_shows_a_verified_script_before_an_unverified_one(self):
+        run = report.Run(mock.Mock(out="OUT"), {})
+        unverified = {"scenario": "m.json", "reproducible": True, "repro": "OUT/repro/a.py",
+                      "script_check": {"verified": False, "why": "no"}}
+        verified = dict(unverified, repro="OUT/repro/b.py",
+                        script_check={"verified": True, "why": None})
+        groups = [{"signature": sig, "minimal": m, "replay_command": "r"}
+                  for sig, m in (("I5 a", unverified), ("I5 b", verified))]
+        with mock.patch.object(report.root_causes, "group", return_value=[
+                {"title": "t", "id": "t", "signatures": ["I5 a", "I5 b"], "scenarios": ["s"],
+                 "count": 2, "example": {"invariant": "I5"}, "location": None}]):
+            causes = run._causes(groups)
+        self.assertEqual(causes[0]["minimal"]["repro"], "OUT/repro/b.py")
 
 
 class ExitCodes(unittest.TestCase):

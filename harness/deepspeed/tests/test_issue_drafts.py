@@ -4,10 +4,13 @@ the machine that wrote it, and a first bad commit only when a bisection ran."""
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
-from . import support  # noqa: F401  (puts zerocheck_ds on the path)
+from . import support
 
 from zerocheck_ds.findings.issue_drafts import bug_table, draft, draft_path, write_all
 
@@ -69,6 +72,78 @@ class Drafts(unittest.TestCase):
             self.assertIn(needle, text)
         self.assertNotIn("I3 step", text.splitlines()[0])  # not an internal signature
 
+    def test_an_untriaged_bug_is_titled_in_plain_words_not_by_its_signature(self):
+        raised = cause("op: raised in deepspeed/runtime/engine.py _forward_prologue()",
+                       location={"file": "deepspeed/runtime/engine.py",
+                                 "function": "_forward_prologue", "lines": [2766]},
+                       example={"invariant": "op", "op": "forward", "message": "m",
+                                "exception": "Traceback (most recent call last):\n  ...\n"
+                                             "AttributeError: 'DeepSpeedEngine' object has no "
+                                             "attribute 'engine_timers'"})
+        located = cause("I3 step: the fp32 master after the optimizer step first differs",
+                        example={"invariant": "I3", "op": "step", "message": "m",
+                                 "origin": {"action": "located", "op": "step",
+                                            "quantity": "the fp32 master after the optimizer "
+                                                        "step",
+                                            "file": "deepspeed/runtime/zero/stage3.py",
+                                            "function": "_optimizer_step"}})
+        i9 = cause("I9 step: whole_copy", example={"invariant": "I9", "op": "step",
+                                                   "message": "m"})
+        titles = [draft([c], SUMMARY, {}).splitlines()[0] for c in (raised, located, i9)]
+        self.assertEqual(titles, [
+            "# ZeRO-3: `forward` fails with AttributeError in `_forward_prologue()`",
+            "# ZeRO-3: after a `step`, the fp32 master after the optimizer step differs from "
+            "plain PyTorch's on the same data (`_optimizer_step()`)",
+            "# ZeRO-3's ranks disagree on what they hold (at `step`)"])
+        self.assertEqual(draft([i9], dict(SUMMARY, stage=2), {}).splitlines()[0],
+                         "# ZeRO-2's ranks disagree on what they hold (at `step`)")
+
+    def test_a_numeric_finding_gives_expected_and_actual_as_numbers_and_where_it_parts(self):
+        located = cause(example={
+            "invariant": "I3", "op_index": 7, "op": "step", "module_path": "1.experts.0.linear",
+            "param": "weight", "attribute": "value", "expected": "the dense twin's value",
+            "actual": {"differing": 16, "of": 16, "first_index": 0, "expected": 0.4756732881,
+                       "actual": 0.4687009155, "max_abs": 0.00746895, "max_rel": 0.1143484},
+            "message": "m", "origin": {"action": "located", "op": "step",
+                                       "quantity": "the gradient handed to the optimizer",
+                                       "file": "deepspeed/runtime/zero/stage3.py",
+                                       "function": "_prepare_sub_group"}})
+        text = draft([located], SUMMARY, TABLE)
+        for needle in ("`1.experts.0.linear.weight` element [0] after op 7 (step):",
+                       "  - expected: `0.4756732881` (the dense twin's value)",
+                       "  - actual: `0.4687009155` (16 of 16 elements differ; max abs 0.00747, "
+                       "max rel 0.114)",
+                       "(The suite compares with the dense twin: one copy of the model, trained "
+                       "with plain PyTorch",
+                       "Inside the `step`, the first quantity where DeepSpeed and the dense twin "
+                       "part is the gradient handed to the optimizer, produced by "
+                       "`deepspeed/runtime/zero/stage3.py`, `_prepare_sub_group()`"):
+            self.assertIn(needle, text)
+        self.assertNotIn("No DeepSpeed frame is named", text)
+
+    def test_the_analysis_leaves_out_what_points_into_this_project(self):
+        why = ("Stale gradient. The buffer is never cleared (stage3.py `partition_grads`). "
+               "Repro: `catalogue/zero3_stale_gradient/` (report and script); scenario "
+               "`harness/tests/scenarios/upstream_bugs/x.json`, which both upstream ctests "
+               "assert. No upstream issue found (searched 2026-12; the queries are in "
+               "`catalogue/zero3_stale_gradient/REPORT.md`).")
+        table = {"cause A": dict(TABLE["cause A"], why=why)}
+        analysis = draft([cause()], SUMMARY, table).split("## Analysis")[1].split("Where:")[0]
+        self.assertEqual(analysis.strip(), "Stale gradient. The buffer is never cleared "
+                                           "(stage3.py `partition_grads`).")
+
+    def test_the_script_inlined_is_the_one_of_the_bugs_first_signature(self):
+        other = os.path.join(self._tmp.name, "repro", "other.py")
+        with open(other, "w", encoding="utf-8") as f:
+            f.write("print('other')\n")
+        first = cause(signatures=["I3 step: value", "I3 forward: loss"])
+        summary = dict(SUMMARY, signatures=[  # the summary's order: most scenarios first
+            {"signature": "I3 forward: loss", "minimal": dict(self.minimal(True), repro=other)},
+            {"signature": "I3 step: value", "minimal": self.minimal(True)}])
+        text = draft([first], summary, TABLE)
+        self.assertIn("print('line')", text)
+        self.assertNotIn("print('other')", text)
+
     def test_no_draft_names_a_path_of_the_machine_or_a_command_of_ours(self):
         for minimal in (self.minimal(True), self.minimal(False, "plain: REPRODUCED in /tmp/r")):
             text = draft([cause(minimal=minimal)], SUMMARY, TABLE)
@@ -115,6 +190,34 @@ class Drafts(unittest.TestCase):
         self.assertEqual(len(paths), 2)
         with open(paths[0], encoding="utf-8") as f:
             self.assertIn("could not be written", f.read())
+
+
+@unittest.skipIf(shutil.which("git") is None, "no git on this machine")
+class CommitOfTheTree(unittest.TestCase):
+    """The versions a draft names hold the commit of a --deepspeed-tree that is a checkout of its
+    own (a source checkout's DeepSpeed reports no git hash itself)."""
+
+    def test_a_tree_that_is_its_own_checkout_has_its_commit_in_the_summary(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = os.path.join(tmp, "DeepSpeed")
+            shutil.copytree(support.STUB_DEEPSPEED, tree,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            for arguments in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+                subprocess.run(["git", "-C", tree, "-c", "user.name=t", "-c", "user.email=t@t",
+                                *arguments], check=True, capture_output=True)
+            head = subprocess.run(["git", "-C", tree, "rev-parse", "HEAD"], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+            out = os.path.join(tmp, "out")
+            run = subprocess.run(
+                [sys.executable, "-m", "zerocheck_ds", "suite", "--scenarios",
+                 support.good("name_collisions"), "--out", out, "--world", "1",
+                 "--deepspeed-tree", tree, "--no-control"],
+                env=support.cli_env(), cwd=support.TESTS, capture_output=True, text=True,
+                timeout=300)
+            self.assertIn(run.returncode, (0, 1), run.stdout + run.stderr)
+            with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+                versions = json.load(f)["versions"]
+        self.assertEqual(versions.get("commit"), head[:12], versions)
 
 
 class KnownUpstreamBugs(unittest.TestCase):

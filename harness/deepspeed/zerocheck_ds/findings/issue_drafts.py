@@ -50,16 +50,54 @@ def bug_table(path=KNOWN_UPSTREAM):
     return table
 
 
-def bug_title(cause, table):
-    """The plain title of the bug `cause` is: its KNOWN_UPSTREAM.md row's, else one made from it."""
+def bug_title(cause, table, stage=3):
+    """The plain title of the bug `cause` is: its KNOWN_UPSTREAM.md row's, else one made from it
+    (plain_title) for a run at ZeRO `stage`."""
     row = table.get(cause["title"])
     if row and row["bug"]:
         return row["bug"]
+    return plain_title(cause).replace("ZeRO-3", f"ZeRO-{stage}")
+
+
+# What a finding of each invariant means to a DeepSpeed user, for an untriaged bug's title.
+_PLAIN_MEANING = {
+    "I2": "ZeRO-3 moves a module the user placed by its own attributes to another rank",
+    "I3": "ZeRO-3 trains to other numbers than plain PyTorch on the same data",
+    "I4": "ZeRO-3 holds other partitions than it promises",
+    "I5": "ZeRO-3: a repeated or refused `deepspeed.initialize` is not refused cleanly",
+    "I6": "ZeRO-3: `load_checkpoint` does not restore what was saved",
+    "I9": "ZeRO-3's ranks disagree on what they hold",
+}
+
+
+def plain_title(cause):
+    """A title in plain words for a bug no KNOWN_UPSTREAM.md row names yet: what goes wrong, at
+    which operation and, where the suite located it, in which DeepSpeed function; never the
+    suite's signature (a key for machines, not a sentence for a maintainer)."""
     example = cause["example"]
-    if example["invariant"] == "I1" and not example.get("exception"):
+    invariant, op = example["invariant"], example.get("op") or "the build"
+    where = (f" in `{cause['location']['function']}()`" if cause.get("location") else "")
+    if invariant == "I1" and not example.get("exception"):
         on = "parameters" if example.get("param") else "modules"
         return f"ZeRO-3 overwrites attributes the user set on {on} (`{example.get('attribute')}`)"
-    return cause["signatures"][0]
+    if example.get("exception"):
+        kind = _exception_type(example["exception"]) or "an exception"
+        return f"ZeRO-3: `{op}` fails with {kind}{where}"
+    if invariant in ("crash", "hang"):
+        return f"ZeRO-3: the process {'dies' if invariant == 'crash' else 'hangs'} in `{op}`"
+    origin = example.get("origin") or {}
+    if invariant == "I3" and origin.get("action") == "located":
+        return (f"ZeRO-3: after a `{origin['op']}`, {origin['quantity']} differs from plain "
+                f"PyTorch's on the same data (`{origin['function']}()`)")
+    meaning = _PLAIN_MEANING.get(invariant, f"ZeRO-3: an invariant fails ({invariant})")
+    return f"{meaning} (at `{op}`)"
+
+
+def _exception_type(text):
+    """The exception's type from a traceback or message ("AttributeError"), or None."""
+    last = str(text).strip().splitlines()[-1] if str(text).strip() else ""
+    match = re.match(r"([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b", last.strip())
+    return match.group(1).rsplit(".", 1)[-1] if match else None
 
 
 def draft_path(out_dir, cause, table):
@@ -127,7 +165,7 @@ def _os_name():
 
 def _versions(summary, minimal):
     v = summary.get("versions") or {}
-    shrunk = (f"; the minimal scenario below: world size {minimal['after']['world_size']}"
+    shrunk = (f"; the reproduction below: world size {minimal['after']['world_size']}"
               if (minimal.get("after") or {}).get("world_size") not in (None, summary["world_size"])
               else "")
     engine = v.get("engine") or summary.get("adapter_version") or "unknown"
@@ -148,13 +186,23 @@ def _signature_entries(causes, summary):
     return [g for g in summary.get("signatures", []) if g["signature"] in wanted]
 
 
+def script_verified(minimal):
+    """Whether the suite ran `minimal`'s script and saw it REPRODUCED on the tree and NOT
+    REPRODUCED with --plain (minimise.py's script_check): only such a script is called one."""
+    return (minimal.get("script_check") or {}).get("verified") is True
+
+
 def _minimal(causes, summary):
     """The best minimal entry among the bug's signatures: one whose script the suite verified,
     else one with a script, else any reproducible one."""
-    entries = [g["minimal"] for g in _signature_entries(causes, summary)
+    # The bug's own signatures first (its first root cause's example first): the script shows
+    # what the draft says the user sees.
+    order = [sig for c in causes for sig in c["signatures"]]
+    entries = [g["minimal"] for g in sorted(_signature_entries(causes, summary),
+                                            key=lambda g: order.index(g["signature"]))
                if (g.get("minimal") or {}).get("reproducible")]
     entries += [c["minimal"] for c in causes if c.get("minimal")]
-    for good in (lambda m: (m.get("script_check") or {}).get("verified") is True,
+    for good in (script_verified,
                  lambda m: m.get("repro"), lambda m: True):
         for m in entries:
             if good(m):
@@ -193,7 +241,7 @@ def _reproduce(causes, summary):
     if minimal.get("repro") and os.path.exists(minimal["repro"]):
         with open(minimal["repro"], encoding="utf-8") as f:
             script = f.read()
-    verified = (minimal.get("script_check") or {}).get("verified") is True
+    verified = script_verified(minimal)
     if script is not None and script.startswith("#!"):  # the run line names python3 itself
         script = script.split("\n", 1)[1] if "\n" in script else ""
     if verified and script is not None and not any(p + "/" in script for p in _MACHINE_PATHS):
@@ -202,7 +250,10 @@ def _reproduce(causes, summary):
         return [f"Save the script below as `{name}` and run it (one process per rank):", "",
                 "```sh", _run_line(name, world), "```", "",
                 "It prints REPRODUCED here; with `--plain` (the same steps on plain PyTorch) it "
-                "prints NOT REPRODUCED. The suite ran both before writing this draft.", "",
+                "prints NOT REPRODUCED. The suite ran both before writing this draft, on the CPU "
+                "(`DS_ACCELERATOR=cpu`), and only there; the script puts its tensors on the "
+                "engine's device, so without that variable DeepSpeed runs it on its default "
+                "accelerator.", "",
                 "```python", script.rstrip("\n"), "```"]
     lines = [f"No verified script: {_unverified_why(minimal, script)}."]
     scenario = minimal.get("scenario")
@@ -238,32 +289,60 @@ def _seen(causes):
     return lines
 
 
+# What the suite's "dense twin" is, said once where a draft compares with it.
+_TWIN_WORDS = ("the dense twin: one copy of the model, trained with plain PyTorch on every rank's "
+               "micro-batch, its gradients reduced by DeepSpeed's own rules, bit for bit")
+
+
 def _expected_actual(causes):
     lines = []
     for c in causes:
         e = c["example"]
         if e.get("expected") is None and e.get("actual") is None:
             continue
+        actual = e.get("actual")
+        if isinstance(actual, dict) and {"expected", "actual"} <= set(actual):
+            # A number that differs: the first element that does, and how many and how far.
+            name = ".".join(p for p in (e.get("module_path"), e.get("param")) if p) or "the loss"
+            at = f" element [{actual['first_index']}]" if "first_index" in actual else ""
+            spread = (f" ({actual['differing']} of {actual['of']} elements differ; max abs "
+                      f"{actual['max_abs']:.3g}, max rel {actual['max_rel']:.3g})"
+                      if {"differing", "of", "max_abs", "max_rel"} <= set(actual) else "")
+            lines += [f"- `{_public(c['signatures'][0])}`: `{_public(name)}`{at} after op "
+                      f"{e.get('op_index')} ({e.get('op')}):",
+                      f"  - expected: `{actual['expected']!r}` ({_public(e.get('expected'))})",
+                      f"  - actual: `{actual['actual']!r}`{spread}"]
+            continue
         lines += [f"- `{_public(c['signatures'][0])}`:",
                   f"  - expected: `{_public(json.dumps(e.get('expected'), default=str))}`",
-                  f"  - actual: `{_public(json.dumps(e.get('actual'), default=str))}`"]
+                  f"  - actual: `{_public(json.dumps(actual, default=str))}`"]
+    if any("dense twin" in line for line in lines):
+        lines += ["", f"(The suite compares with {_TWIN_WORDS}.)"]
     return lines or ["- No values recorded (see what the user sees above)."]
 
 
 def _where(cause):
     example = cause["example"]
     loc = cause.get("location")
+    origin = example.get("origin") or {}
+    if not loc and origin.get("action") == "located":
+        return [f"Inside the `{origin['op']}`, the first quantity where DeepSpeed and the dense "
+                f"twin part is {origin['quantity']}, produced by `{origin['file']}`, "
+                f"`{origin['function']}()` (the suite compares the operation's quantities in "
+                f"the order DeepSpeed computes them)."]
     if not loc:
         return ["No DeepSpeed frame is named: " + (
             "the finding is numeric (the first operation where DeepSpeed and a dense "
             "single-copy model trained on the same numbers part)."
             if example["invariant"] in NEW_INVARIANTS
             else "the audit saw no write or raise inside the package.")]
-    verb = "raises" if (example.get("origin") or {}).get("action") == "raised" else "writes"
-    lines = [f"`{loc['file']}`, `{loc['function']}()` {verb} it (line"
+    verb, seen = {"raised": ("raises it", "the exception's traceback"),
+                  "registered": ("registers the hook", "an audit of hook registrations on the "
+                                                       "user's modules")}.get(
+        origin.get("action"), ("writes it", "an audit of attribute writes on the user's objects"))
+    lines = [f"`{loc['file']}`, `{loc['function']}()` {verb} (line"
              f"{'s' if len(loc['lines']) > 1 else ''} {', '.join(map(str, loc['lines']))}): the "
-             f"innermost DeepSpeed frame, recorded by an audit of attribute writes on the user's "
-             f"objects."]
+             f"innermost DeepSpeed frame, from {seen}."]
     code = (example.get("origin") or {}).get("code")
     if code:
         lines += ["", "```python", f"# {loc['file']}:{example['origin']['line']}", code, "```"]
@@ -278,11 +357,23 @@ def _analysis(causes, table):
             whys.append(why)
     lines = []
     for why in whys:
-        lines += [_public(why), ""]
+        lines += [_public(_for_upstream(why)), ""]
     if not whys:
         lines += ["Not triaged yet (no row in the suite's triage).", ""]
     lines += ["Where:", ""] + _where(causes[0])
     return lines
+
+
+# A sentence of the triage that points into this project (its catalogue, its tests, its
+# scenario files) means nothing to a maintainer: the draft leaves it out.
+_PROJECT_REFERENCE = re.compile(r"`(?:catalogue|harness|zerocheck_ds)/|\bctests?\b")
+_SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z`])")
+
+
+def _for_upstream(why):
+    """`why` (a KNOWN_UPSTREAM.md row's) without its sentences that cite this project's files."""
+    kept = [s for s in _SENTENCE_END.split(why.strip()) if not _PROJECT_REFERENCE.search(s)]
+    return " ".join(kept) or why
 
 
 def _issues(causes):
@@ -301,7 +392,7 @@ def draft(causes, summary, table=None):
         causes = [causes]
     table = bug_table() if table is None else table
     minimal = _minimal(causes, summary)
-    lines = [f"# {_public(bug_title(causes[0], table))}", "", "## What the user sees", ""] + _seen(causes)
+    lines = [f"# {_public(bug_title(causes[0], table, summary.get('stage', 3)))}", "", "## What the user sees", ""] + _seen(causes)
     lines += ["", "## Expected and actual", ""] + _expected_actual(causes)
     lines += ["", "## Analysis", ""] + _analysis(causes, table)
     lines += ["", "## Environment", ""] + _versions(summary, minimal)

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 
 from . import baseline as baseline_module, issue_drafts, root_causes
+from .issue_drafts import script_verified
 from .verdict import merge_tallies
 
 # /2: root causes, limits (the control's), not_checked, versions, per-scenario root causes.
@@ -160,7 +161,8 @@ class Run:
             shrunk = [by_signature[s]["minimal"] for s in cause["signatures"]
                       if by_signature.get(s, {}).get("minimal", {}).get("reproducible")]
             with_script = [m for m in shrunk if m.get("repro")]
-            cause["minimal"] = (with_script or shrunk or [None])[0]
+            verified = [m for m in with_script if script_verified(m)]
+            cause["minimal"] = (verified or with_script or shrunk or [None])[0]
             cause["replay_command"] = by_signature[cause["signatures"][0]]["replay_command"]
             cause["draft"] = issue_drafts.draft_path(self.args.out, cause, bugs)
             causes.append(cause)
@@ -258,7 +260,9 @@ def screen(run):
         shrunk = ""
         if "minimal" in g:
             m = g["minimal"]
-            shrunk = f"  -> {os.path.relpath(m['repro'], run.args.out)}" if m.get("repro") else ""
+            shrunk = (f"  -> {os.path.relpath(m['repro'], run.args.out)} "
+                      f"({'verified' if script_verified(m) else 'not verified'})"
+                      if m.get("repro") else "")
         lines.append(f"  {len(g['scenarios']):>3} scen {g['count']:>4}x  {g['signature']}{shrunk}")
     if len(s["signatures"]) > _SCREEN_SIGNATURES:
         lines.append(f"  ... {len(s['signatures']) - _SCREEN_SIGNATURES} more in report.md")
@@ -318,6 +322,19 @@ def _not_checked_lines(s, limit=None):
             + "; ".join(f"{n}x {reason}" for reason, n in shown) + more] + _coverage_lines(s)
 
 
+def script_status(minimal):
+    """How report.md names `minimal`'s script: verified only when the suite saw it work (a
+    script is written from the replay's rules and can miss what the replay does), else
+    unverified with the reason, as the issue drafts say it."""
+    if script_verified(minimal):
+        return ("standalone script, verified (REPRODUCED on the tree, NOT REPRODUCED with "
+                "--plain)")
+    check = minimal.get("script_check")
+    why = (check.get("why") or "it did not print REPRODUCED on the tree and NOT REPRODUCED "
+                               "with --plain") if check else "the suite did not run it"
+    return f"script NOT verified ({why}); not a reproduction until it is"
+
+
 def _cause_markdown(c, out_dir):
     if c.get("baseline") == "fixed":
         return [f"### {c['title']}", "", f"- fixed: in the baseline, not in this run (e.g. "
@@ -341,7 +358,7 @@ def _cause_markdown(c, out_dir):
     lines.append(f"- issue draft: [{os.path.relpath(c['draft'], out_dir)}]"
                  f"({os.path.relpath(c['draft'], out_dir)})")
     if c.get("minimal") and c["minimal"].get("repro"):
-        lines.append(f"- standalone script: `{c['minimal']['repro']}`")
+        lines.append(f"- {script_status(c['minimal'])}: `{c['minimal']['repro']}`")
     lines.append("- signatures:")
     lines += [f"  - `{sig}`" for sig in c["signatures"]]
     return lines + [""]
@@ -393,8 +410,9 @@ def write_markdown(path, run):
                 out.append("- no standalone script: an I3, I4 or I9 finding needs the dense twin "
                            "(the replay below reproduces it)")
             if m.get("repro"):
-                out.append(f"- standalone script: `{m['repro']}`; run it: `{m['repro_command']}` "
-                           f"(`--plain`: the same steps on plain PyTorch, must not reproduce)")
+                out.append(f"- {script_status(m)}: `{m['repro']}`; run it: "
+                           f"`{m['repro_command']}` (`--plain`: the same steps on plain PyTorch, "
+                           f"must not reproduce)")
         out += [f"- replay: `{g['replay_command']}`", ""]
     for label in ("crashes", "hangs"):
         out += [f"## {label.capitalize()}", ""]

@@ -31,6 +31,7 @@ import sys
 import traceback
 
 from ..engines import ADAPTER_NAMES, deepspeed_tree
+from ..engines.checkout import checkout_commit
 from ..findings import baseline as baseline_module, issue_drafts, report
 from ..findings.outcomes import (checks_of, outcome_findings, raising_steps, skipped_of, verdict,
                                  written_of)
@@ -320,7 +321,10 @@ def _main(args):
         if status is not None:
             return status, None
         run.finish(supervisor.version, supervisor.starts())
-        run.versions = supervisor.versions
+        run.versions = dict(supervisor.versions)
+        commit = checkout_commit(args.deepspeed_tree) if args.deepspeed_tree else None
+        if commit:  # a tree that is its own checkout (checkout.py); none is no error
+            run.versions["commit"] = commit
         if args.coverage:  # the replay's lines only: shrinking and the control come after
             coverage.write(args.out, args.coverage, coverage_files, supervisor.version,
                            len(scenarios), log)
