@@ -190,6 +190,14 @@ class PlainTraining(unittest.TestCase):
         self.assertTrue(module.weight.grad is None or not module.weight.grad.any())
 
 
+def repro_twin_script(path, op_index):
+    """The dense-twin script of an I3 finding at `op_index` of the scenario file `path`."""
+    from zerocheck_ds.repro.repro_script import repro_script_text
+    target = {"signature": "I3 step: value differs from the dense twin", "invariant": "I3",
+              "op_index": op_index, "op": "step"}
+    return repro_script_text(path, target)
+
+
 class TwinOfAScript(unittest.TestCase):
     """rt.Twin is twin.DenseTwin where a script uses it (gradient_accumulation_steps 1, one engine
     over the root): the same values bit for bit, under DeepSpeed's rules and plain PyTorch's."""
@@ -201,7 +209,7 @@ class TwinOfAScript(unittest.TestCase):
     def setUp(self):
         path = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios", "upstream_bugs",
                             "expert_skipped_by_route.json")
-        self.scenario = load_scenario(path)
+        self.path, self.scenario = path, load_scenario(path)
         rt.SEED, rt.BATCH, rt.FEATURES = self.scenario.seed, self.scenario.batch, self.scenario.features
         rt.WORLD_SIZE, rt.RANK, rt.RouteCursor = 2, 1, tree.RouteCursor
         self.addCleanup(setattr, rt, "WORLD_SIZE", 1)
@@ -232,6 +240,17 @@ class TwinOfAScript(unittest.TestCase):
                     for name, value in dense.values().items():
                         self.assertTrue(torch.equal(dict(ours.named_parameters())[name], value),
                                         (deepspeed, i, op, name))
+
+    def test_the_twin_computes_where_its_module_is_and_compares_on_the_cpu(self):
+        # A script puts the twin on the engine's device (an accelerator's bits are not the
+        # CPU's); the micro-batches follow it, and gathered values (on the CPU) are compared
+        # with the twin's brought to the CPU. "meta" stands in for an accelerator here.
+        module = self.model().to("meta")
+        self.assertEqual(rt.Twin(module, None, True).device, torch.device("meta"))
+        self.assertEqual(rt.Twin(self.model(), None, True).device, torch.device("cpu"))
+        script = repro_twin_script(self.path, op_index=3)
+        self.assertLess(script.index("twin_model.to(engine.device)"),
+                        script.index("twin = Twin(twin_model"))
 
     def test_a_load_gives_back_the_save_and_keeps_the_optimizer_where_asked(self):
         module = self.model()

@@ -409,6 +409,11 @@ class ReproScript(unittest.TestCase):
             self.assertNotIn("def initialize(op_index", text)  # the straight-line form
             self.assertIn("['zero_optimization']['offload_optimizer'] = {'device': 'cpu'}", text)
             self.assertIn("invalid_initialize(0, 'offload_optimizer', [user_optimizer]", text)
+            # The header says what this I5 finding is, not what a repeated initialize's is.
+            header = " ".join(text.split('"""')[1].split())
+            self.assertIn("What fails (I5): an initialize given an invalid config is not refused "
+                          "as a configuration error", header)
+            self.assertNotIn("repeated initialize", header)
         runs = self.run_scripts(scripts, extra_paths=[support.STUB_DEEPSPEED])
         plains = self.run_scripts(scripts, ["--plain"])
         for path, run, plain in zip(scenarios, runs, plains):

@@ -212,17 +212,21 @@ class Twin:
     through one copy, each rank's gradient reduced as the engine reduces it (twin.py's
     reduce_gradients; DeepSpeed: a parameter without gradient stepped with zeros, gradients start
     afresh after each step, zero_grad changes nothing. Plain PyTorch: a parameter without gradient
-    not stepped; zero_grad drops them), the optimizer stepping whole tensors."""
+    not stepped; zero_grad drops them), the optimizer stepping whole tensors. It computes where
+    `module` is: the script puts it on the engine's device (an accelerator's arithmetic is not the
+    CPU's: a twin elsewhere would part from a correct engine in the last bits)."""
 
     def __init__(self, module, optimizer, deepspeed):
         self.module, self.optimizer, self.deepspeed = module, optimizer, deepspeed
+        self.device = next(module.parameters(), torch.zeros(0)).device
         self.params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.losses, self.reduced = [], {}
 
     def forward(self, op_index, route=None):
         """Every rank's loss of operation `op_index`, each forward taking `route` afresh (an MoE's;
         RouteCursor is the script's, from tree.py); returns this rank's (a float)."""
-        batches = [micro_batch(op_index, r) for r in range(WORLD_SIZE)]
+        batches = [(x.to(self.device), y.to(self.device))
+                   for x, y in (micro_batch(op_index, r) for r in range(WORLD_SIZE))]
         self.losses = [F.mse_loss(self.module(x) if route is None
                                   else self.module(x, RouteCursor(route)), y) for x, y in batches]
         return self.losses[RANK].item()
@@ -304,12 +308,12 @@ def check_twin(op_index, invariant="I3", known=None):
     for bit. `known`: {what: {name: value}} of other states (another save, the value before the
     load); a differing value that equals one is said to be it."""
     twins = dict(twin.module.named_parameters())
-    for name, value in gathered(model).items():
-        expected = twins[name].detach()
+    for name, value in gathered(model).items():  # on the CPU, as gathered() gives them
+        expected = twins[name].detach().cpu()
         if not torch.equal(value, expected):
             worst = (value - expected).abs().max().item()
             it = next((f"; it is {what}" for what, values in (known or {}).items()
-                       if torch.equal(values[name], value)), "")
+                       if torch.equal(values[name].cpu(), value)), "")
             fail(invariant, op_index, "value", "the dense twin's value", "differs",
                  f"parameter {name!r} differs from the dense twin's (max abs {worst:.3g}; "
                  f"{value.flatten()[:3].tolist()} vs {expected.flatten()[:3].tolist()}){it}",

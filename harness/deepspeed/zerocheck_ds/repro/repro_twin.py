@@ -93,6 +93,7 @@ def _operations(plan, target, routes):
             lines += [comment(f"op {i}: initialize the root with the user's optimizer"),
                       fitted(f"engine, *_ = initialize(model, {user_optimizer_source(plan)}, "
                              f"CONFIG, DataParallelEngine)"),
+                      "twin_model.to(engine.device)  # the twin computes where the engine does",
                       fitted(f"twin = Twin(twin_model, {twin_optimizer}, deepspeed=not PLAIN)"),
                       f"check_twin({i})"]
         elif op.op == "forward":
