@@ -87,16 +87,16 @@ class Drafts(unittest.TestCase):
                                                         "step",
                                             "file": "deepspeed/runtime/zero/stage3.py",
                                             "function": "_optimizer_step"}})
-        i9 = cause("I9 step: whole_copy", example={"invariant": "I9", "op": "step",
-                                                   "message": "m"})
+        i9 = cause("I9 step: global_steps", example={"invariant": "I9", "op": "step",
+                                                     "attribute": "global_steps", "message": "m"})
         titles = [draft([c], SUMMARY, {}).splitlines()[0] for c in (raised, located, i9)]
         self.assertEqual(titles, [
             "# ZeRO-3: `forward` fails with AttributeError in `_forward_prologue()`",
             "# ZeRO-3: after a `step`, the fp32 master after the optimizer step differs from "
             "plain PyTorch's on the same data (`_optimizer_step()`)",
-            "# ZeRO-3's ranks disagree on what they hold (at `step`)"])
+            "# ZeRO-3's ranks disagree on what they hold (at `step`: global_steps)"])
         self.assertEqual(draft([i9], dict(SUMMARY, stage=2), {}).splitlines()[0],
-                         "# ZeRO-2's ranks disagree on what they hold (at `step`)")
+                         "# ZeRO-2's ranks disagree on what they hold (at `step`: global_steps)")
 
     def test_a_numeric_finding_gives_expected_and_actual_as_numbers_and_where_it_parts(self):
         located = cause(example={

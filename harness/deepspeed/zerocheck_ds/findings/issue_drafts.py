@@ -90,7 +90,12 @@ def plain_title(cause):
         return (f"ZeRO-3: after a `{origin['op']}`, {origin['quantity']} differs from plain "
                 f"PyTorch's on the same data (`{origin['function']}()`)")
     meaning = _PLAIN_MEANING.get(invariant, f"ZeRO-3: an invariant fails ({invariant})")
-    return f"{meaning} (at `{op}`)"
+    # The field that differs tells two untriaged bugs of one invariant apart (a load's moments,
+    # its values; a step counter): what the root cause is keyed by.
+    actual = example.get("actual")
+    field = (actual["same_as"] if isinstance(actual, dict) and actual.get("same_as")
+             else example.get("attribute"))
+    return f"{meaning} (at `{op}`" + (f": {field}" if field and invariant != "I5" else "") + ")"
 
 
 def _exception_type(text):
