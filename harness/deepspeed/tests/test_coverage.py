@@ -11,7 +11,7 @@ import unittest
 import uuid
 
 from . import support
-from zerocheck_ds.suite import coverage
+from zerocheck_ds.suite import coverage, coverage_features
 from zerocheck_ds.suite.coverage_trace import LineTracer
 
 COUNTED = os.path.join(support.FIXTURES, "coverage", "counted.py")
@@ -44,6 +44,22 @@ class ExecutableLines(unittest.TestCase):
     def test_line_ranges(self):
         self.assertEqual(coverage.line_ranges([9, 3, 4, 5, 12]), "3-5,9,12")
         self.assertEqual(coverage.line_ranges([]), "")
+
+
+class Features(unittest.TestCase):
+    def test_a_function_gets_its_feature_and_reason(self):
+        feature_of = coverage_features.feature_of
+        self.assertEqual(feature_of("runtime/zero/stage3.py",
+                                    "DeepSpeedZeroOptimizer_Stage3._optimizer_states_and_gradient_swap_in"),
+                         ("offload to NVMe (swapping)", coverage_features.NEEDS_NVME))
+        self.assertEqual(feature_of("runtime/zero/stage_1_and_2.py", "DeepSpeedZeroOptimizer.step")[1],
+                         coverage_features.NOT_REPLAYED)
+        self.assertTrue(feature_of("runtime/engine.py", "DeepSpeedEngine.save_checkpoint")[0]
+                        .startswith("checkpointing"))
+        # ZeRO-3's hooks live in parameter_offload.py: the file's name makes them no offload.
+        self.assertEqual(feature_of("runtime/zero/parameter_offload.py",
+                                    "DeepSpeedZeRoOffload._post_backward_module_hook"),
+                         ("other", coverage_features.OTHER))
 
 
 class Tracer(unittest.TestCase):
