@@ -30,6 +30,11 @@ v0.14.5, torch 1.13:
     "nan", the inf in the fp32 master and the weights (and still there after step 2).
   stages 1, 2, 3 fp16, world 1 (stage 3 also world 2, inf on rank 1): overflow true on every rank,
     skipped_steps 1, global_steps 2, grad_norm = step 0's (stale), weights unchanged, scale 16 -> 8.
+  stage 2 bf16, world 2 (inf on rank 1): as above on both ranks; the inf in rank 0's master only
+    (rank 0 owns the element), in both ranks' weights.
+  stage 3 fp16, '{"initial_scale_power": 4, "hysteresis": 1, "min_loss_scale": 16}': the inf at step 1
+    raises "Exception: Current loss scale already at minimum - cannot decrease scale anymore.
+    Exiting run." (master too).
   stage 3 fp16, --fp16-args '{}' and no inf: scale 4294967296 at the start, halved at every step
     (every step overflows); '{"hysteresis": 2}' starts at 65536 and keeps it at the first overflow.
   stages 2 and 3 fp16, loss_scale_window 2, no inf: the scale doubles at step 1, and p1[0]'s update
