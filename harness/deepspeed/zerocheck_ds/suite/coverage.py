@@ -182,7 +182,8 @@ def summary_lines(report):
              f"{t['functions']} functions entered, {report['scenarios']} scenario(s), "
              f"{report['rank_files']} rank file(s)"]
     if not report["files"]:
-        lines.append("  no target file found: did the ranks import the engine?")
+        lines.append("  no rank traced the engine's files (a tracer that could not start says "
+                     "why in the ranks' logs)")
     for rel, e in report["files"].items():
         lines.append(f"  {rel}: {e['executed']}/{e['executable']} ({100 * e['fraction']:.1f}%)"
                      + ("" if e["imported"] else ", never imported"))

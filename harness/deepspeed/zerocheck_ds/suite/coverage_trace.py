@@ -139,8 +139,8 @@ def start_from_environment():
         return
     request = json.loads(request)
     tracer = LineTracer(request["package"], request["files"])
+    tracer.start()  # may raise (a tool holds sys.monitoring's slot): then nothing is saved
     _active.update(tracer=tracer, folder=request["folder"])
-    tracer.start()
     atexit.register(save)
 
 

@@ -21,5 +21,7 @@ def _run_hidden_sitecustomize():
     spec.loader.exec_module(module)
 
 
-coverage_trace.start_from_environment()
-_run_hidden_sitecustomize()
+try:  # a tracer that cannot start must not cost the rank its shims; site reports the error
+    coverage_trace.start_from_environment()
+finally:
+    _run_hidden_sitecustomize()
