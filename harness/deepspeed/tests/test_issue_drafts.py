@@ -121,6 +121,22 @@ class Drafts(unittest.TestCase):
             self.assertIn(needle, text)
         self.assertNotIn("No DeepSpeed frame is named", text)
 
+    def test_where_is_the_first_root_cause_located_in_deepspeeds_code(self):
+        unlocated = cause("cause A", example={"invariant": "I5", "op": "initialize",
+                                              "message": "m"})
+        raised = cause("cause B", location={"file": "deepspeed/runtime/zero/stage3.py",
+                                            "function": "__init__", "lines": [149]},
+                       example={"invariant": "I5", "op": "initialize", "message": "m",
+                                "origin": {"action": "raised", "line": 149}})
+        raised["example"].update(expected="AlreadyInitialized", actual="IndexError")
+        text = draft([unlocated, raised], SUMMARY, TABLE)
+        self.assertIn("expected: `\"refused with an error saying 'already been initialized'\"`",
+                      text)  # not the suite's own name for it
+        where = text.split("Where:")[1]
+        self.assertIn("`deepspeed/runtime/zero/stage3.py`, `__init__()` raises it (line 149)",
+                      where)
+        self.assertNotIn("No DeepSpeed frame is named", where)
+
     def test_the_analysis_leaves_out_what_points_into_this_project(self):
         why = ("Stale gradient. The buffer is never cleared (stage3.py `partition_grads`). "
                "Repro: `catalogue/zero3_stale_gradient/` (report and script); scenario "

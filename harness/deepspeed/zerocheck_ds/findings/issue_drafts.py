@@ -299,6 +299,10 @@ _TWIN_WORDS = ("the dense twin: one copy of the model, trained with plain PyTorc
                "micro-batch, its gradients reduced by DeepSpeed's own rules, bit for bit")
 
 
+# The suite's own names for what is expected, in DeepSpeed's words.
+_EXPECTED_WORDS = {"AlreadyInitialized": "refused with an error saying 'already been initialized'"}
+
+
 def _expected_actual(causes):
     lines = []
     for c in causes:
@@ -318,8 +322,9 @@ def _expected_actual(causes):
                       f"  - expected: `{actual['expected']!r}` ({_public(e.get('expected'))})",
                       f"  - actual: `{actual['actual']!r}`{spread}"]
             continue
+        expected = _EXPECTED_WORDS.get(e.get("expected"), e.get("expected"))
         lines += [f"- `{_public(c['signatures'][0])}`:",
-                  f"  - expected: `{_public(json.dumps(e.get('expected'), default=str))}`",
+                  f"  - expected: `{_public(json.dumps(expected, default=str))}`",
                   f"  - actual: `{_public(json.dumps(actual, default=str))}`"]
     if any("dense twin" in line for line in lines):
         lines += ["", f"(The suite compares with {_TWIN_WORDS}.)"]
@@ -365,7 +370,12 @@ def _analysis(causes, table):
         lines += [_public(_for_upstream(why)), ""]
     if not whys:
         lines += ["Not triaged yet (no row in the suite's triage).", ""]
-    lines += ["Where:", ""] + _where(causes[0])
+    # The first root cause DeepSpeed's code was found in (one bug's causes may be seen as a
+    # fingerprint change, with no frame, and as a raise, with one).
+    located = next((c for c in causes if c.get("location")
+                    or ((c["example"] or {}).get("origin") or {}).get("action") == "located"),
+                   causes[0])
+    lines += ["Where:", ""] + _where(located)
     return lines
 
 
