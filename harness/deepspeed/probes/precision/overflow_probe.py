@@ -5,8 +5,10 @@ them; no matmul, because torch 1.13 has no fp16 matmul on CPU) for a few steps w
 and before the chosen step a tensor hook on the first parameter of the chosen rank writes +inf into
 its gradient's first element. After every step each rank prints one JSON line: DeepSpeed's overflow
 flag, skipped_steps, global_steps, the reported global gradient norm, the loss scale, whether the
-(gathered) 16-bit weights changed and are finite, and whether the fp32 master partition is finite.
-It reads only public engine state and the ZeRO optimizer's fp32 partition; it changes no DeepSpeed code.
+(gathered) 16-bit weights changed and are finite, p1[0]'s update, whether the fp32 master partition
+is finite, and ZeRO-3's accumulated gradient buffer before the step (its dtype, whether all its values
+are bf16 values). It reads engine state and the ZeRO optimizer's fp32 partition and gradient buffer;
+it changes no DeepSpeed code.
 
 From the project root (master: the same inside the Debian 13 lane, with its tree):
 
@@ -39,6 +41,8 @@ v0.14.5, torch 1.13:
     (every step overflows); '{"hysteresis": 2}' starts at 65536 and keeps it at the first overflow.
   stages 2 and 3 fp16, loss_scale_window 2, no inf: the scale doubles at step 1, and p1[0]'s update
     that step is -0.125 where the gradient says -0.25 (divided by the doubled scale).
+  stage 3 bf16, world 2, --comm-dtype fp32 --accum-dtype fp32, no inf: every value of the fp32
+    gradient buffer is a bf16 value at every step (the reduced fp32 gradient was rounded to bf16).
 master edaa722, torch 2.6 (gradient_clipping defaults to 1.0 there):
   stages 1 and 2 bf16, world 1 (stage 2 also world 2): skipped (check_grad_overflow defaults to
     true), skipped_steps 1, stale grad_norm; with --bf16-args '{"check_grad_overflow": false}':
@@ -51,6 +55,8 @@ master edaa722, torch 2.6 (gradient_clipping defaults to 1.0 there):
     halved at each. Stages 2 and 3 fp16, loss_scale_window 2 and --clip 0: doubles at step 2, and
     that step's update is -0.1875 where the gradient says -0.375. Without --allow-cpu-fp16,
     initialize raises "Type fp16 is not supported on your device."
+  stage 3 bf16, world 2, --comm-dtype fp32 --accum-dtype fp32 --clip 0, no inf: the fp32 gradient
+    buffer holds values that are not bf16 values (no rounding on the way), at every step.
   world 2: the gathered weights differed between the ranks in some runs (once -3.3e29 on rank 0 at
     a clean step 0): the Gloo all_gather race the suite already triages, not this probe's subject.
 """
@@ -78,6 +84,8 @@ def parse():
     ap.add_argument("--fp16-args", default='{"initial_scale_power": 4, "hysteresis": 1, "loss_scale_window": 1000}',
                     help="JSON merged into the fp16 section ('{}': the version's defaults)")
     ap.add_argument("--bf16-args", default="{}", help="JSON merged into the bf16 section")
+    ap.add_argument("--comm-dtype", choices=("fp32", "bf16", "fp16"), help="communication_data_type")
+    ap.add_argument("--accum-dtype", choices=("fp32", "bf16", "fp16"), help="data_types.grad_accum_dtype")
     ap.add_argument("--allow-cpu-fp16", action="store_true",
                     help="v0.14.5: tell DeepSpeed's CPU accelerator that fp16 is supported")
     ap.add_argument("--bf16-gloo-upcast", action="store_true",
@@ -185,6 +193,10 @@ def config(args):
         cfg["fp16"] = dict({"enabled": True}, **json.loads(args.fp16_args))
     if args.clip is not None:
         cfg["gradient_clipping"] = args.clip
+    if args.comm_dtype:
+        cfg["communication_data_type"] = args.comm_dtype
+    if args.accum_dtype:
+        cfg["data_types"] = {"grad_accum_dtype": args.accum_dtype}
     return cfg
 
 
@@ -265,6 +277,12 @@ def rank_main(args):
         armed["on"] = step == args.bad_step
         loss = engine(x1, x2)
         engine.backward(loss)
+        # ZeRO-3's reduced, accumulated gradient partitions before the step: their dtype, and whether
+        # every value is a bf16 value (a reduce rounded to bf16 on the way shows as true)
+        buf = getattr(engine.optimizer, "grad_partitions_flat_buffer", None)
+        buffer_seen = None if buf is None else {
+            "dtype": str(buf.dtype).replace("torch.", ""),
+            "all_bf16_values": bool((buf.float() == buf.float().bfloat16().float()).all())}
         engine.step()
         armed["on"] = False
         after = weights()
@@ -277,7 +295,7 @@ def rank_main(args):
             # p1[0]'s update; its gradient is x1[0] = (rank + 1) * (step + 1) summed over ranks / world
             "p1_0_update": number(after[0].view(-1)[0] - before[0].view(-1)[0]),
             "weights_finite": all(bool(torch.isfinite(a).all()) for a in after),
-            "master_finite": master_finite()}), flush=True)
+            "master_finite": master_finite(), "grad_buffer": buffer_seen}), flush=True)
 
 
 def main():
