@@ -41,6 +41,7 @@ v0.14.5, torch 1.13:
     (every step overflows); '{"hysteresis": 2}' starts at 65536 and keeps it at the first overflow.
   stages 2 and 3 fp16, loss_scale_window 2, no inf: the scale doubles at step 1, and p1[0]'s update
     that step is -0.125 where the gradient says -0.25 (divided by the doubled scale).
+  stage 3 bf16, world 1, defaults: the gradient buffer is bfloat16 (accumulation in bf16).
   stage 3 bf16, world 2, --comm-dtype fp32 --accum-dtype fp32, no inf: every value of the fp32
     gradient buffer is a bf16 value at every step (the reduced fp32 gradient was rounded to bf16).
 master edaa722, torch 2.6 (gradient_clipping defaults to 1.0 there):
