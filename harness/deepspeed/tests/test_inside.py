@@ -119,6 +119,42 @@ class LocateBackward(unittest.TestCase):
         self.assertIsNone(inside.earliest([None, None]))
 
 
+class LocateLoad(unittest.TestCase):
+    values, moments = W, W / 10
+
+    def loaded(self, rank=1, **changes):
+        """Rank `rank`'s fields after a load that restored everything as the twin did."""
+        observed = inside.Observed()
+        observed.loaded = {"values": {"w": partition(self.values, rank)},
+                           "master": {"w": partition(self.values, rank)},
+                           "state:exp_avg": {"w": partition(self.moments, rank)},
+                           "state:step": {"w": torch.tensor([3.0])}}
+        for field_name, tensor in changes.items():
+            observed.loaded[field_name.replace("__", ":")]["w"] = tensor
+        return observed
+
+    def locate(self, observed, rank=1):
+        return inside.locate_load(observed, {"w": self.values},
+                                  {"w": {"exp_avg": self.moments, "step": torch.tensor(3.0)}},
+                                  rank, WORLD, PARAMS)
+
+    def test_a_correct_load_locates_nothing(self):
+        self.assertIsNone(self.locate(self.loaded()))
+
+    def test_the_first_field_that_differs_and_who_restored_it(self):
+        wrong = torch.full((3,), 9.0)
+        observed = self.loaded(master=wrong, state__exp_avg=wrong)
+        observed.restored_by = {"master": {"w": ("deepspeed/runtime/zero/stage3.py",
+                                                 "_restore_from_bit16_weights")}}
+        found = self.locate(observed)
+        self.assertEqual((found["quantity"], found["field"], found["function"], found["restored"]),
+                         ("restored_master", "master", "_restore_from_bit16_weights", True))
+        found = self.locate(self.loaded(state__step=torch.tensor([2.0])))
+        self.assertEqual((found["field"], found["function"], found["restored"]),
+                         ("state:step", "load_checkpoint", False))  # the load left it as it was
+        self.assertEqual(inside.described(found)["quantity"], "the optimizer's step")
+
+
 class Keys(unittest.TestCase):
     def finding(self, origin, attribute="value", op="step"):
         return {"invariant": "I3", "op": op, "attribute": attribute, "origin": origin,
@@ -160,6 +196,32 @@ class Keys(unittest.TestCase):
                          "I3 step: whole copy first differs from the dense twin")
         self.assertEqual(root_causes.cause_title(self.finding(None, op="load")),
                          "I3 load: value first differs from the dense twin")
+
+    def test_a_load_is_keyed_by_the_restored_field_and_who_restored_it(self):
+        def title(field_name, function):
+            found = {"quantity": "restored_" + field_name.partition(":")[0], "param": "w",
+                     "field": field_name, "file": "deepspeed/runtime/engine.py",
+                     "function": function or "load_checkpoint", "restored": bool(function)}
+            words = inside.described(found)
+            origin = dict(self.located("copy_back", None, op="load"), quantity=words["quantity"],
+                          file=words["file"], function=words["function"],
+                          restored=words["restored"])
+            return root_causes.cause_title(self.finding(origin, op="step"))
+        titles = {title(f, fn) for f in ("values", "master", "state:exp_avg")
+                  for fn in ("load_module_state_dict", None)}
+        self.assertEqual(len(titles), 6)
+        self.assertIn("I3 load: the parameter's value first differs from the dense twin, not "
+                      "restored by the load: deepspeed/runtime/engine.py load_checkpoint()", titles)
+        self.assertNotIn("I3 load: value first differs from the dense twin", titles)
+
+    def test_a_whole_copy_not_located_is_keyed_by_who_wrote_it(self):
+        gather = "deepspeed/runtime/zero/partition_parameters.py _allgather_params_coalesced()"
+        fetch = "deepspeed/runtime/zero/partition_parameters.py wait()"
+        titles = {root_causes.cause_title(self.finding(
+            {"action": "not located", "got_gradient": True, "written_by": w}, "whole copy"))
+            for w in (gather, fetch)}
+        self.assertEqual(titles, {f"I3 step: whole copy first differs from the dense twin, last "
+                                  f"written by {w}" for w in (gather, fetch)})
 
     def test_later_i3_findings_belong_to_the_first(self):
         first = dict(self.finding(self.located("copy_back", True)), op_index=3)
@@ -206,6 +268,14 @@ class FakeStage3:
     def _reassign_or_swap_out_partitioned_parameters(self, i):
         self.fp16_groups[i][0].ds_tensor.copy_(self.fp32_partitioned_groups_flat[i])
 
+    def _rigid_load_state_dict(self, state_dict, load_optimizer_states=True):
+        self.optimizer.state[self.fp32_partitioned_groups_flat[0]] = {
+            "exp_avg": state_dict["exp_avg"].clone(), "step": 4}
+        self._restore_from_bit16_weights()  # a nested load method: the master is its
+
+    def _restore_from_bit16_weights(self):
+        self.fp32_partitioned_groups_flat[0].copy_(self.fp16_groups[0][0].ds_tensor)
+
 
 class Capture(unittest.TestCase):
     def make(self):
@@ -233,6 +303,25 @@ class Capture(unittest.TestCase):
         self.assertTrue(capture.take().empty())  # taken: nothing piles up
         # The class is untouched: another optimizer is not captured.
         self.assertNotIn("_optimizer_step", vars(FakeStage3()))
+
+    def test_a_load_hands_over_each_field_and_the_method_that_restored_it(self):
+        optimizer, param, capture = self.make()
+        optimizer.optimizer = type("Inner", (), {"state": {}})()
+        param.ds_tensor.copy_(torch.tensor([1.0, 2.0, 7.0]))  # the master's third element differs
+        optimizer._rigid_load_state_dict({"exp_avg": torch.tensor([0.5, 0.5, 0.5])})
+        observed = capture.take()
+        self.assertEqual(observed.loaded["master"]["w"].tolist(), [1.0, 2.0, 7.0])
+        self.assertEqual(observed.loaded["state:step"]["w"].tolist(), [4.0])
+        self.assertEqual(observed.restored_by["master"]["w"][1], "_restore_from_bit16_weights")
+        self.assertEqual(observed.restored_by["state:exp_avg"]["w"][1], "_rigid_load_state_dict")
+        self.assertNotIn("values", observed.restored_by)  # the shards were left as they were
+        self.assertEqual(capture.take().loaded, {})  # handed over once
+        # A change no method was seen making (a collective's data landing late, on Gloo) is the
+        # last method's that restores such a field.
+        optimizer._rigid_load_state_dict({"exp_avg": torch.tensor([0.5, 0.5, 0.5])})
+        param.ds_tensor.add_(1.0)
+        observed = capture.take()
+        self.assertEqual(observed.restored_by["values"]["w"][1], "_rigid_load_state_dict")
 
     def test_a_recording_that_raises_switches_the_capture_off_not_the_engine(self):
         optimizer, param, capture = self.make()

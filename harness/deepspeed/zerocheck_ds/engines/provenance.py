@@ -180,6 +180,10 @@ class Audit:
             for param in module.parameters(recurse=False):
                 self._watched.add(id(param))
 
+    def watch_also(self, obj):
+        """Audits `obj` too (an engine: who writes its step counters) until the next `watch`."""
+        self._watched.add(id(obj))
+
     def last(self, obj, name):
         """The Origin of the last write or delete of `name` on `obj`, or None (the user's, or
         one the audit did not see)."""

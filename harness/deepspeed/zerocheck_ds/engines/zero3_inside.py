@@ -11,6 +11,15 @@ the class: other engines stay untouched) to record, per parameter, what it produ
 (oracles/inside.py's Observed, this rank's partition sliced in `fp16_groups` order by
 `partition_numel()`).
 
+A load restores state in named methods too: the engine's `load_module_state_dict` (the
+parameters from a module state dict), and the stage-3 optimizer's `_rigid_load_state_dict` (its
+optimizer state, fp32 master and shards), `_restore_from_bit16_weights` (the master from the
+shards), `_restore_from_fp32_weights` and `_restore_base_optimizer_state` (an elastic load),
+`load_hp_checkpoint_state_from_checkpoint_dir_stage3` (a universal one). Each is wrapped where it
+exists; the fields a method changed (values, fp32 master, each optimizer state field, per
+parameter) were restored by it, and after a load the capture hands over every field as it ends
+with the method that restored it (None: none did).
+
 Reading is bounded: a method or field missing (another version, offload, swapping) leaves its
 quantity unread, and a recording that raises switches the capture off for good, saying why;
 the wrapped method always runs and its result or exception is the engine's own.
@@ -18,20 +27,31 @@ the wrapped method always runs and its result or exception is the engine's own.
 
 import functools
 
-from ..oracles.inside import Observed
+import torch
+
+from ..oracles.inside import ENGINE, STAGE3, Observed
 
 # The methods wrapped, each with when it records (before, after or both).
 _WRAPPED = ("reduce_ready_partitions_and_remove_grads", "partition_grads", "_prepare_sub_group",
             "unscale_and_clip_grads", "_optimizer_step",
             "_reassign_or_swap_out_partitioned_parameters")
 _GROUP_FIELDS = ("fp16_groups", "fp32_partitioned_groups_flat")
+# The methods that restore state at a load, on the optimizer and on the engine, each with the
+# fields it restores ("state": every optimizer state field).
+_LOAD_OPTIMIZER = {"_rigid_load_state_dict": ("values", "master", "state"),
+                   "_restore_from_bit16_weights": ("master",),
+                   "_restore_from_fp32_weights": ("master",),
+                   "_restore_base_optimizer_state": ("state",),
+                   "load_hp_checkpoint_state_from_checkpoint_dir_stage3": ("values", "master",
+                                                                           "state")}
+_LOAD_ENGINE = {"load_module_state_dict": ("values",)}
 
 
 class Zero3Inside:
     """The capture on one stage-3 optimizer. `take()` returns what was read since the last call
     (an Observed), or None when the capture is off (`why` says why)."""
 
-    def __init__(self, optimizer, names):
+    def __init__(self, optimizer, names, engine=None):
         self._optimizer = optimizer
         self._names = names  # id(parameter) -> its name in the engine's module
         self._observed = Observed()
@@ -42,11 +62,22 @@ class Zero3Inside:
                 self._grad_partitions = key
         for method in _WRAPPED:
             setattr(optimizer, method, self._wrap(method, getattr(optimizer, method)))
+        self._restored = None  # since the last take(): {field: {name: (file, function)}}
+        self._restores = []  # (field, name) in the order restored (nested methods: the inner's)
+        self._before_load = {}  # the fields before the load's first method
+        self._ran = []  # the load methods run since the last take(): (file, method)
+        for owner, methods, file in ((optimizer, _LOAD_OPTIMIZER, STAGE3),
+                                     (engine, _LOAD_ENGINE, ENGINE)):
+            for method in methods:  # (a dict: the method -> the fields it restores)
+                if owner is not None and callable(getattr(owner, method, None)):
+                    setattr(owner, method, self._wrap_load(method, getattr(owner, method), file))
 
     def take(self):
         if self.why is not None:
             return None
         observed, self._observed = self._observed, Observed()
+        if self._restored is not None:  # a load since: every field as it ends, and who restored it
+            self._safely(lambda: self._hand_over_load(observed), ())
         return observed
 
     # ---- the wrapping -------------------------------------------------------------------------
@@ -60,6 +91,19 @@ class Zero3Inside:
             self._safely(before, args)
             result = original(*args, **kwargs)
             self._safely(after, args)
+            return result
+        return wrapper
+
+    def _wrap_load(self, method, original, file):
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            before, mark = [], len(self._restores)
+            self._safely(lambda: before.append(self._load_fields()), ())
+            if self._restored is None and before:  # the load's first method
+                self._restored, self._before_load, self._ran = {}, before[0], []
+            self._ran.append((file, method))
+            result = original(*args, **kwargs)
+            self._safely(lambda: self._note_restored(before, mark, file, method), ())
             return result
         return wrapper
 
@@ -90,6 +134,67 @@ class Zero3Inside:
             tensor = flat.grad if gradient else flat
             if name is not None and tensor is not None:
                 self._observed.add(quantity, name, tensor.detach().narrow(0, offset, size))
+
+    # ---- what a load restored ------------------------------------------------------------------
+
+    def _load_fields(self):
+        """{field: {name: this rank's partition, a copy}}: "values" (the shard), "master" (the fp32
+        master), "state:<key>" (each optimizer state field; a number as one element)."""
+        optimizer = self._optimizer
+        states = getattr(getattr(optimizer, "optimizer", None), "state", {})
+        out = {"values": {}, "master": {}}
+        for sub_group_id in range(len(optimizer.fp16_groups)):
+            flat = optimizer.fp32_partitioned_groups_flat[sub_group_id]
+            state = states.get(flat, {})
+            for name, p, (_, offset, size) in self._sub_group(sub_group_id):
+                if name is None:
+                    continue
+                out["values"][name] = p.ds_tensor.detach().reshape(-1).float().clone()
+                out["master"][name] = flat.detach().narrow(0, offset, size).float().clone()
+                for key, value in state.items():
+                    tensor = torch.is_tensor(value)
+                    if tensor and value.dim() > 0 and value.numel() == flat.numel():
+                        part = value.detach().reshape(-1).narrow(0, offset, size).float().clone()
+                    elif isinstance(value, (int, float)) or (tensor and value.numel() == 1):
+                        part = torch.tensor([float(value)])
+                    else:
+                        continue
+                    out.setdefault(f"state:{key}", {})[name] = part
+        return out
+
+    def _note_restored(self, before, mark, file, method):
+        """The fields `method` changed (of those it restores) were restored by it."""
+        if not before or self._restored is None:
+            return
+        after = self._load_fields()
+        inner = set(self._restores[mark:])  # restored by a wrapped method this one called
+        for field_name, tensors in after.items():
+            if not _restores(method, field_name):
+                continue
+            for name, tensor in tensors.items():
+                old = before[0].get(field_name, {}).get(name)
+                if (field_name, name) in inner or (old is not None and _same(old, tensor)):
+                    continue
+                self._restored.setdefault(field_name, {})[name] = (file, method)
+                self._restores.append((field_name, name))
+
+    def _hand_over_load(self, observed):
+        """Every field as the load left it, and who restored it. A field that changed over the
+        whole load though no method was seen changing it (on Gloo a collective's data can land
+        after the method that started it returned) was restored by the last method run that
+        restores such a field."""
+        final = self._load_fields()
+        restored = self._restored
+        for field_name, tensors in final.items():
+            for name, tensor in tensors.items():
+                old = self._before_load.get(field_name, {}).get(name)
+                if name in restored.get(field_name, {}) or (old is not None and _same(old, tensor)):
+                    continue
+                last = [run for run in self._ran if _restores(run[1], field_name)]
+                if last:
+                    restored.setdefault(field_name, {})[name] = last[-1]
+        observed.loaded, observed.restored_by = final, restored
+        self._restored, self._restores, self._before_load, self._ran = None, [], {}, []
 
     # ---- what each method produced ---------------------------------------------------------------
 
@@ -148,4 +253,15 @@ def capture(engine):
     if getattr(optimizer, "offload_optimizer", False) or getattr(optimizer, "swap_optimizer", False):
         return None, "an offloaded optimizer keeps its gradients elsewhere"
     names = {id(p): name for name, p in module.named_parameters()}
-    return Zero3Inside(optimizer, names), None
+    return Zero3Inside(optimizer, names, engine), None
+
+
+def _restores(method, field_name):
+    """Whether load method `method` restores field `field_name` ("values", "master", "state:...")."""
+    roles = _LOAD_OPTIMIZER.get(method) or _LOAD_ENGINE.get(method) or ()
+    return field_name.partition(":")[0] in roles
+
+
+def _same(a, b):
+    """Equal as numbers, NaN matching NaN."""
+    return a.numel() == b.numel() and bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())

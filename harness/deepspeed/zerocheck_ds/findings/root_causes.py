@@ -13,8 +13,21 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
   causes. Otherwise the operation and the compared quantity (value, whole copy, loss), and right
   after a step whether the parameter got a gradient in it. The scenario's later I3 findings
   (other parameters, the loss after) belong to that cause, so one wrong reduction is not one
-  cause per parameter;
-- I4, I9: the invariant, the operation and the rule or field (not the node kind);
+  cause per parameter. At a load, the first restored field that differs from what the twin
+  restored (the values, the fp32 master, each optimizer state field) and the load function that
+  restored it, or the load itself when none changed it ("not restored by the load"): a load of
+  the wrong save's values and one that restores wrong moments are two causes. A whole copy that differs where nothing inside the operation did is keyed
+  by the upstream function that last wrote it too (the audit's, provenance.py): a gather read
+  before it finished and a copy never refreshed are two causes;
+- I4: the invariant, the operation, the rule, and the upstream function that last wrote the
+  storage the rule judges (the parameter's data, or its shard): a release that kept the data and
+  a gather nobody released are two causes, whatever the node kind;
+- I9: the invariant, the operation, the first field the ranks disagree on, and the upstream
+  function that last wrote it on each rank (a whole copy: the gather or broadcast that made it;
+  a status: the code that set it; a step counter: the code that counted): the same function on
+  every rank (a collective that went wrong) is one cause, different functions (a rank whose value
+  came another way) another. Without the audit (`--no-audit`) or an upstream write, the field
+  alone;
 - I6: after a load whose values equal another known state (another save's, the one before the
   load), that state, whatever the field; otherwise the field or the consolidated state dict;
 - anything else (a crash, a hang, a finding no upstream frame explains): its signature.
@@ -55,8 +68,28 @@ def cause_title(finding, first_i3=None):
         # the wrong state is tells one bug from another, the field does not.
         return f"I6 {finding.get('op') or 'build'}: restores {actual['same_as']}{suffix}"
     if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9
-        return f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}{suffix}"
+        key = f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}"
+        return f"{key}{_writer_words(invariant, origin)}{suffix}"
     return finding.get("signature", "")
+
+
+def _writer_words(invariant, origin):
+    """I4's and I9's key after the rule or field: who last wrote it ("" when nobody is known)."""
+    origin = origin or {}
+    if invariant == "I4" and origin.get("action") == "left":
+        return f", its {origin['attribute']} last written by {origin['writer']}"
+    if invariant == "I9" and origin.get("action") == "last written" and any(origin["writers"]):
+        return f", last written by {_per_rank(origin['writers'])}"
+    return ""
+
+
+def _per_rank(writers):
+    """The ranks' writers in words independent of which rank had which: one function, or each
+    distinct one ("no upstream code" for a rank whose value no upstream code wrote)."""
+    distinct = sorted({w or "no upstream code" for w in writers})
+    if len(distinct) == 1:
+        return distinct[0]
+    return " on some ranks and ".join(distinct) + " on others"
 
 
 def _gradient_words(origin):
@@ -72,12 +105,14 @@ def _i3_title(finding, suffix):
     origin = finding.get("origin") or {}
     if origin.get("action") == "located":
         edit = " after a gathered edit" if origin.get("after_gathered_edit") else ""
+        left = ", not restored by the load" if origin.get("restored") is False else ""
         return (f"I3 {origin['op']}: {origin['quantity']} first differs from the dense twin{edit}"
-                f"{_gradient_words(origin)}: {origin['file']} {origin['function']}(){suffix}")
+                f"{_gradient_words(origin)}{left}: {origin['file']} {origin['function']}(){suffix}")
     attribute = finding.get("attribute") or ""
     gradient = _gradient_words(origin) if attribute.startswith("value") else ""
+    writer = f", last written by {origin['written_by']}" if origin.get("written_by") else ""
     return (f"I3 {finding.get('op') or 'build'}: {attribute} first differs from the dense "
-            f"twin{gradient}{suffix}")
+            f"twin{gradient}{writer}{suffix}")
 
 
 def scenario_causes(verdict):

@@ -1,4 +1,4 @@
-"""Where an engine and the dense twin first part inside a backward or a step (I3's root cause).
+"""Where an engine and the dense twin first part inside a backward, a step or a load (I3's root cause).
 
 I3 compares what a rank holds after each operation; a wrong number after a step can come from
 the gradient, the reduction, the accumulation, the unscale and clip, the optimizer or the copy
@@ -7,7 +7,11 @@ back into the shards. An adapter that can read its engine's quantities while an 
 and `locate_step` compare them, in the order the engine computes them, with what the twin says
 each must be, and return the first that differs: that quantity and the function producing it key
 the root cause, so a wrong reduction and a wrong copy back are two causes, not one "value
-differs".
+differs". After a load, `locate_load` compares each restored field (the values, the fp32
+master, each optimizer state field) with what the twin restored, in that order: the first that
+differs, and the load function that restored it as the adapter saw it (or none: the load left it
+as it was), key the cause, so a load that restores the wrong values and one that restores wrong
+moments are two causes.
 
 Comparisons are exact (equal as numbers, NaN matching NaN) and cover this rank's real elements of
 each partition (padding aside): the caller asks only where the twin's numbers are the engine's
@@ -58,6 +62,11 @@ QUANTITIES = (
     Quantity("copied_early", "step",
              "the parameter's shard copied back before the optimizer step",
              STAGE3, "_reassign_or_swap_out_partitioned_parameters"),
+    # A load's fields, in the order a step would use them; the function is the one the adapter saw
+    # restore the field (locate_load), else the load itself.
+    Quantity("restored_values", "load", "the parameter's value", ENGINE, "load_checkpoint"),
+    Quantity("restored_master", "load", "the fp32 master", ENGINE, "load_checkpoint"),
+    Quantity("restored_state", "load", "the optimizer's state", ENGINE, "load_checkpoint"),
 )
 _BY_KEY = {q.key: q for q in QUANTITIES}
 ORDER = {q.key: i for i, q in enumerate(QUANTITIES)}
@@ -71,7 +80,9 @@ class Observed:
     others this rank's partition (flat, padding included). `shard_after_copy` and
     `master_at_copy` are the shard and the fp32 master right after the copy back.
     `plain_scaling`: the unscale and clip divide by 1 (no loss scale, no clipping), so the
-    gradient after it must equal the one handed over."""
+    gradient after it must equal the one handed over. After a load: `loaded`, {field: {name: this
+    rank's partition}} for "values", "master" and "state:<key>" as the load left them, and
+    `restored_by`, {field: {name: (file, function)}} for the fields a load function changed."""
 
     local_gradient: dict = field(default_factory=dict)
     reduced_partition: dict = field(default_factory=dict)
@@ -83,6 +94,8 @@ class Observed:
     shard_after_copy: dict = field(default_factory=dict)
     master_at_copy: dict = field(default_factory=dict)
     plain_scaling: bool = True
+    loaded: dict = field(default_factory=dict)
+    restored_by: dict = field(default_factory=dict)
 
     def add(self, quantity, name, tensor):
         getattr(self, quantity).setdefault(name, []).append(
@@ -91,7 +104,7 @@ class Observed:
     def empty(self):
         return not any(getattr(self, q) for q in (
             "local_gradient", "reduced_partition", "accumulated_partition", "handed_gradient",
-            "unscaled_gradient", "master_before", "master_after", "shard_after_copy"))
+            "unscaled_gradient", "master_before", "master_after", "shard_after_copy", "loaded"))
 
 
 def this_ranks_part(whole, rank, world_size):
@@ -185,6 +198,38 @@ def locate_step(observed, used, before, after, rank, world_size, params):
     return None
 
 
+def locate_load(observed, values, optimizer_state, rank, world_size, params):
+    """The first restored field that differs from the twin's after a load, as {"quantity",
+    "param", "field", "file", "function", "restored"}, or None. `values`: {name: the twin's value
+    after its load}; `optimizer_state`: {name: {key: the twin's optimizer state field}};
+    `params`: [(name, numel)] in the engine's order. A field the twin has no counterpart for (an
+    optimizer state it never made) is not compared."""
+    loaded = observed.loaded
+    fields = ["values", "master"] + sorted(k for k in loaded if k.startswith("state:"))
+    for field_name in fields:
+        for name, _ in params:
+            actual = loaded.get(field_name, {}).get(name)
+            if field_name in ("values", "master"):
+                whole = values.get(name)
+            else:
+                whole = (optimizer_state.get(name) or {}).get(field_name[len("state:"):])
+            if actual is None or whole is None:
+                continue
+            if torch.is_tensor(whole) and whole.dim() > 0:
+                expected = this_ranks_part(whole, rank, world_size)
+            else:
+                expected = torch.tensor([float(whole)])
+            if _equal(expected, actual):
+                continue
+            by = observed.restored_by.get(field_name, {}).get(name)
+            quantity = "restored_" + field_name.partition(":")[0]
+            q = _BY_KEY[quantity]
+            return {"quantity": quantity, "param": name, "field": field_name,
+                    "file": by[0] if by else q.file, "function": by[1] if by else q.function,
+                    "restored": by is not None}
+    return None
+
+
 def _real(partition, numel, rank, world_size):
     """`partition`'s real elements (this rank's share of a parameter of `numel`)."""
     c = partition_model.chunk(numel, world_size)
@@ -200,6 +245,12 @@ def earliest(found):
 
 def described(found):
     """The root cause's words for a located result: {"quantity" (words), "file", "function",
-    "phase"}."""
+    "phase", and for a load "restored": whether a load function changed the field}."""
     q = _BY_KEY[found["quantity"]]
+    if q.phase == "load":
+        key = found.get("field", "").partition(":")[2]
+        words = f"the optimizer's {key}" if key else q.words
+        return {"quantity": words, "file": found.get("file", q.file),
+                "function": found.get("function", q.function), "phase": q.phase,
+                "restored": found.get("restored")}
     return {"quantity": q.words, "file": q.file, "function": q.function, "phase": q.phase}

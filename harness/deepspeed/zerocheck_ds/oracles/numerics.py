@@ -47,6 +47,13 @@ _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum orde
                      "through the trajectory")
 # The invariants that read an engine's state (I9 compares what every rank says, state or not).
 _READ_STATE = schema.some("invariants", "I3", "I4")
+# What a finding of I4 or I9 on a field is keyed by besides the field: the upstream code that last
+# wrote it, as the audit saw it (provenance.py). A parameter's field is made by a write of one of
+# its attributes (a whole copy and the elements held are its data), the step counters by writes on
+# the engine.
+_PARAM_FIELD_ATTRIBUTES = {"whole_copy": "data", "held": "data", "status": "ds_status",
+                           "shard": "ds_tensor", "shape": "ds_shape"}
+_ENGINE_COUNTERS = ("global_steps", "micro_steps")
 
 
 def _ordered_bits(t):
@@ -101,8 +108,11 @@ class NumericChecks:
     """The I3, I4 and I9 oracles of one replay on one rank."""
 
     def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
-                 tally=None):
+                 tally=None, writers=None):
         self.scenario = scenario
+        # Who last wrote a field I4 and I9 judge (provenance.Audit: last(obj, name) -> an Origin
+        # or None, watch_also(obj)); None: the keys name the rule or field alone.
+        self._writers = writers
         self.rank = rank
         self.world_size = world_size
         self._exchange = exchange
@@ -305,6 +315,9 @@ class NumericChecks:
             return self.stop("a load of a checkpoint saved while the twin did not follow")
         self._twin_does(lambda: self._twin.restore(
             snapshot, optimizer_states=optimizer_states and not module_only))
+        if self._following():  # what each restored field must hold: the twin's after its load
+            restored = self._twin.snapshot()
+            self._twin_inside = ("load", restored["values"], restored["optimizer"])
 
     # ---- after every operation ----------------------------------------------------------------
 
@@ -317,6 +330,7 @@ class NumericChecks:
         pending_loss, self._pending_loss = self._pending_loss, None
         twin_inside, self._twin_inside = self._twin_inside, None
         observed = self._observed_inside(live, adapter)
+        objects = self._objects(live)
         findings = []
         if pending_loss is not None and "I3" in self.enabled:
             findings += self._loss_check(index, op, *pending_loss)
@@ -340,7 +354,8 @@ class NumericChecks:
             state, plan, unavailable = None, None, "the checks could not read it"
         mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
                 "plan": plan[0] if plan else None,
-                "inside": self._locate(twin_inside, observed, expected)}
+                "inside": self._locate(twin_inside, observed, expected),
+                "writers": self._field_writers(objects, live)}
         try:
             everyone = self._exchange.objects(mine)
         except ExchangeError as e:
@@ -358,7 +373,8 @@ class NumericChecks:
             return findings
         if "I4" in self.enabled:
             findings += self._safely(index, op, "I4",
-                                     lambda: self._partitions(index, op, state, expected, event))
+                                     lambda: self._partitions(index, op, state, expected, event,
+                                                              objects))
         sizes = {s["plan"] for s in everyone}
         if len(sizes) != 1 or None in sizes:  # decided from what every rank sees alike
             if "I3" in self.enabled:
@@ -371,8 +387,43 @@ class NumericChecks:
         if "I3" in self.enabled:
             findings += self._safely(index, op, "I3", lambda: self._parity(
                 index, op, state, self._assemble(state, expected, gathered),
-                stepped=event == "boundary"))
+                stepped=event == "boundary", objects=objects))
         return findings
+
+    # ---- who wrote a field (I3's whole copy, I4, I9) ---------------------------------------------
+
+    @staticmethod
+    def _objects(live):
+        """{name: parameter} of the one live engine's module (the names the engine state uses);
+        {} when there is no such module (a test adapter's engine over nothing)."""
+        target = live[0].target if len(live) == 1 else None
+        return dict(target.named_parameters()) if isinstance(target, torch.nn.Module) else {}
+
+    def _writer(self, obj, attribute):
+        """The upstream code that last wrote `attribute` on `obj` ("file function()"), or None
+        (no audit, the user's own write, or one the audit cannot see)."""
+        if self._writers is None or obj is None:
+            return None
+        origin = self._writers.last(obj, attribute)
+        return None if origin is None else f"{origin.file} {origin.function}()"
+
+    def _field_writers(self, objects, live):
+        """{I9 field path: who last wrote it} on this rank, for the fields I9 compares."""
+        if self._writers is None:
+            return {}
+        out = {}
+        for name, param in objects.items():
+            for field_name, attribute in _PARAM_FIELD_ATTRIBUTES.items():
+                writer = self._writer(param, attribute)
+                if writer is not None:
+                    out[f"state.params[{name!r}].{field_name}"] = writer
+        if len(live) == 1:
+            self._writers.watch_also(live[0].engine)  # its counters' writes from now on
+            for counter in _ENGINE_COUNTERS:
+                writer = self._writer(live[0].engine, counter)
+                if writer is not None:
+                    out[f"state.steps.{counter}"] = writer
+        return out
 
     def _safely(self, index, op, what, check):
         try:
@@ -445,7 +496,7 @@ class NumericChecks:
             message=f"rank {self.rank}'s loss {mine!r} differs from the dense twin's {twin_loss!r} "
                     f"for its micro-batch")]
 
-    def _parity(self, index, op, state, assembled, stepped=False):
+    def _parity(self, index, op, state, assembled, stepped=False, objects=None):
         if not self._following():
             self.tally.skip("I3", self._stopped or "no engine the twin follows")
             return []
@@ -473,13 +524,20 @@ class NumericChecks:
                 gap = difference(expected, actual.reshape(expected.shape), tolerance)
                 if gap is None:
                     continue
+                origin = self._origin(p.name, stepped)
+                if attribute == "whole copy" and (origin or {}).get("action") != "located":
+                    # Not located inside the operation: who made the copy tells a gather read
+                    # early from a copy never refreshed.
+                    writer = self._writer((objects or {}).get(p.name), "data")
+                    if writer is not None:
+                        origin = dict(origin or {"action": "not located"}, written_by=writer)
                 findings.append(Finding(
                     invariant="I3", op_index=index, op=op, module_path=self._module_of(p.name),
                     param=p.name.rpartition(".")[2],
                     attribute=attribute + (" after a gathered edit" if self._after_gathered_edit
                                            else ""),
                     expected="the dense twin's value", actual=gap,
-                    origin=self._origin(p.name, stepped),
+                    origin=origin,
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
@@ -512,6 +570,10 @@ class NumericChecks:
                 return inside.locate_backward(
                     observed, gradients, accumulated, self.rank, self.world_size,
                     self._training.divide_before_sum, params)
+            if twin_inside[0] == "load":
+                _, values, optimizer_state = twin_inside
+                return inside.locate_load(observed, values, optimizer_state, self.rank,
+                                          self.world_size, params)
             _, used, before, after = twin_inside
             return inside.locate_step(observed, used, before, after, self.rank, self.world_size,
                                       params)
@@ -533,6 +595,8 @@ class NumericChecks:
                          "file": words["file"], "function": words["function"],
                          "got_gradient": with_gradient,
                          "after_gathered_edit": self._after_gathered_edit}
+        if words["phase"] == "load":
+            self._located["restored"] = words["restored"]
 
     def _origin(self, name, stepped):
         """What an I3 finding on parameter `name` says of its cause: where the engine first
@@ -630,18 +694,25 @@ class NumericChecks:
 
     # ---- I4 -----------------------------------------------------------------------------------
 
-    def _partitions(self, index, op, state, expected, event):
+    def _partitions(self, index, op, state, expected, event, objects=None):
         if state.layout == "whole":
             self.tally.skip("I4", "the engine keeps a whole copy on every rank (no partitions)")
             return []
         self.tally.done("I4")
         findings = []
 
-        def bad(name, rule, expected_value, actual, text):
+        def bad(name, rule, expected_value, actual, text, storage=None):
+            # `storage`: the parameter's attribute holding what the rule judges; who last wrote
+            # it left the wrong storage (a release that kept the data, a gather never undone).
+            writer = self._writer((objects or {}).get(name), storage) if storage else None
+            origin = None
+            if writer is not None:
+                origin = {"action": "left", "attribute": storage, "writer": writer}
+                text += f"; its {storage} was last written by {writer}"
             findings.append(Finding(
                 invariant="I4", op_index=index, op=op, module_path=self._module_of(name),
                 param=name.rpartition(".")[2] if name else None, attribute=rule,
-                expected=expected_value, actual=actual, message=text))
+                expected=expected_value, actual=actual, message=text, origin=origin))
 
         names = [n for n, _, _, _ in expected]
         if [p.name for p in state.params] != names:
@@ -661,16 +732,16 @@ class NumericChecks:
                 bad(name, "shard size", c, shard_numel,
                     f"parameter {name!r} ({numel} elements): rank {self.rank}'s shard holds "
                     f"{shard_numel} elements, the partition rule gives "
-                    f"ceil({numel}/{self.world_size}) = {c}")
+                    f"ceil({numel}/{self.world_size}) = {c}", storage="ds_tensor")
             held = p.data.numel()
             if p.status == "NOT_AVAILABLE" and held != 0:
                 bad(name, "released but holding data", 0, held,
                     f"parameter {name!r} is NOT_AVAILABLE on rank {self.rank} but its data holds "
-                    f"{held} elements")
+                    f"{held} elements", storage="data")
             if p.status == "AVAILABLE" and tuple(p.data.shape) != shape:
                 bad(name, "available but not whole", list(shape), list(p.data.shape),
                     f"parameter {name!r} is AVAILABLE on rank {self.rank} with shape "
-                    f"{list(p.data.shape)}, not its {list(shape)}")
+                    f"{list(p.data.shape)}, not its {list(shape)}", storage="data")
             wants = None
             if event == "initialized":
                 wants = "NOT_AVAILABLE"
@@ -685,7 +756,8 @@ class NumericChecks:
                     f"{'persistent' if name in persistent else 'partitioned'} "
                     f"at threshold {threshold}) after op {index} ({op}) on rank {self.rank}: "
                     f"{p.status} holding {held} elements, expected {wants}"
-                    + (" with no data" if wants == "NOT_AVAILABLE" else " and whole"))
+                    + (" with no data" if wants == "NOT_AVAILABLE" else " and whole"),
+                    storage="data")
         return findings
 
     def _flat_partitions(self, index, op, state, expected, bad, event):
@@ -733,8 +805,10 @@ class NumericChecks:
                 "flat": [t.numel() for t in state.flat_partitions], "steps": dict(state.steps)}
 
     def _agreement(self, index, op, everyone):
-        # Where the engine parts from the twin is each rank's own view (I3's), not a disagreement.
-        everyone = [{k: v for k, v in s.items() if k != "inside"} for s in everyone]
+        # Where the engine parts from the twin is each rank's own view (I3's), and who wrote a
+        # field says where a disagreement comes from: neither is one itself.
+        writers = [s.get("writers") or {} for s in everyone]
+        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers")} for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}
@@ -742,10 +816,17 @@ class NumericChecks:
         if field_name is None:  # only the plans differ: the shard sizes, reported as such
             field_name, values = "shard sizes", [s["plan"] for s in everyone]
         ranks = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+        message = f"after op {index} ({op}) the ranks disagree on {field_name}: {ranks}"
+        written = [w.get(field_name) for w in writers]
+        origin = None
+        if any(written):  # every rank says who last wrote its value (None: no upstream write)
+            origin = {"action": "last written", "writers": written}
+            message += "; last written by " + ", ".join(
+                f"rank {r}: {w or 'no upstream code'}" for r, w in enumerate(written))
         return [Finding(
             invariant="I9", op_index=index, op=op, module_path=None, attribute=_field_kind(field_name),
             expected=values[0], actual={str(r): v for r, v in enumerate(values)},
-            message=f"after op {index} ({op}) the ranks disagree on {field_name}: {ranks}")]
+            message=message, origin=origin)]
 
     def _exchange_failed(self, index, op, error):
         return Finding(invariant="I9", op_index=index, op=op, attribute="exchange",

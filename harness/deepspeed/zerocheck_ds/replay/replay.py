@@ -111,7 +111,7 @@ class Replay:
             self.numerics = numerics.NumericChecks(
                 scenario, self.rank, self.world_size, exchange,
                 lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
-                self.tally)
+                self.tally, writers=self.audit)
         self.checkpoints = None
         if exchange is not None and "I6" not in disabled:
             self.checkpoints = checkpoint_checks.CheckpointChecks(self.rank, self.world_size,
