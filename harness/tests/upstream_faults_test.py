@@ -12,14 +12,22 @@ testing nothing. Then, in one run at world 2 on the copy:
      each of them is the only one to catch some fault, so each is necessary;
   3. I3's root causes locate the bug: each fault I3 catches gets a root cause of its own, none of
      them the stale-gradient row's of KNOWN_UPSTREAM.md, and the triage check (`untriaged`)
-     reports the one no row describes (the copy back made before the optimizer step) as new.
+     reports the one no row describes (the copy back made before the optimizer step) as new;
+  4. a new cause with an old field or rule gets a key of its own, untriaged (OLD_KEYS): a rank
+     that makes its persistent parameters' whole copies from its own partition after a step (I9
+     whole_copy, the Gloo race row's field, but not the gather's copy), a backward's release keeping the gathered data (I4,
+     data-kept-after-backward's rule, but the gather's data), a load restoring Adam's moments as
+     zeros (I3 at a load: the moments, not the values of the load rows);
+  5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
+     in place on rank 1 after a step and after a save), gets the keys of the race's rows: those
+     rows hold the keys the race gives, on this DeepSpeed.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
 import os
 import sys
 
-from upstream_support import (NEW_INVARIANTS, SKIP, Edit, check, patched_tree, read, run,
+from upstream_support import (KNOWN, NEW_INVARIANTS, SKIP, Edit, check, patched_tree, read, run,
                               triaged, verdicts, versioned_arguments)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,6 +133,71 @@ NOT_BROADCAST = {
                     f"        handles = [] if {planted('gathered-edit-not-broadcast')} else [\n"
                     "            dist.broadcast(p.data,\n")]}
 
+# After the step's gather of the persistent parameters, on rank 1:
+# - persistent-copy-made-locally-on-one-rank: each whole copy is replaced by one made from rank
+#   1's own partition (the other rank's elements zero): its copies are not the ones the step's
+#   collective made (an I9 whole_copy at a step, which the Gloo all_gather race's row, whose copies
+#   that very gather made, must not swallow);
+# - persistent-copy-changed-in-place-on-one-rank: each whole copy the gather made is changed in
+#   place, the race's own symptom (a gathered buffer read before its data arrived): its key must
+#   be the race's rows', which is how those rows' keys are known to be what the race gives.
+PERSISTENT_COPY = [Edit(
+    STAGE3,
+    "        #Gathering persisting parameters\n"
+    "        if len(self.persistent_parameters) > 0:\n"
+    "            self.persistent_parameters[0].all_gather(self.persistent_parameters)\n",
+    "        #Gathering persisting parameters\n"
+    "        if len(self.persistent_parameters) > 0:\n"
+    "            self.persistent_parameters[0].all_gather(self.persistent_parameters)\n"
+    f"            if {planted('persistent-copy-made-locally-on-one-rank')} and dist.get_rank() == 1:\n"
+    "                for _zc_p in self.persistent_parameters:\n"
+    "                    _zc_own = _zc_p.ds_tensor.numel()\n"
+    "                    _zc_n = max(0, min(_zc_own, _zc_p.ds_numel - _zc_own))\n"
+    "                    _zc_whole = torch.zeros(_zc_p.ds_numel, dtype=_zc_p.ds_tensor.dtype)\n"
+    "                    _zc_whole[_zc_own:_zc_own + _zc_n] = _zc_p.ds_tensor.reshape(-1)[:_zc_n]\n"
+    "                    _zc_p.data = _zc_whole.view(_zc_p.ds_shape)\n"
+    f"            if {planted('persistent-copy-changed-in-place-on-one-rank')} and dist.get_rank() == 1:\n"
+    "                for _zc_p in self.persistent_parameters:\n"
+    "                    _zc_p.data.add_(1.0)\n")]
+# persistent-copy-changed-in-place-at-a-save: the same look-alike at a save (the gather of the
+# persistent parameters after a checkpoint is written), for the race's row at a save.
+_GATHER = "        if len(self.persistent_parameters) > 0:\n" \
+          "            self.persistent_parameters[0].all_gather(self.persistent_parameters)\n"
+_CHANGED = (f"        if {planted('persistent-copy-changed-in-place-at-a-save')} and dist.get_rank() == 1:\n"
+            "            for _zc_p in self.persistent_parameters:\n"
+            "                _zc_p.data.add_(1.0)\n")
+PERSISTENT_COPY_AT_SAVE = {
+    "v0.14": [Edit(STAGE3, "    def checkpoint_event_epilogue(self):\n" + _GATHER,
+                   "    def checkpoint_event_epilogue(self):\n" + _GATHER + _CHANGED)],
+    "master": [Edit(STAGE3, "    def checkpoint_event_epilogue(self):\n"
+                            "        self.invalidate_secondary_tensor()\n" + _GATHER,
+                    "    def checkpoint_event_epilogue(self):\n"
+                    "        self.invalidate_secondary_tensor()\n" + _GATHER + _CHANGED)]}
+# The partition of a parameter released after its module's backward keeps the gathered data
+# (free_param skips the free when the backward's release calls it): I4's "released but holding
+# data" at a backward, as data-kept-after-backward, but the data left is the gather's.
+RELEASE_KEEPS_GATHER = [Edit(
+    PARTITION,
+    "    # param.data doesn't store anything meaningful in partitioned state\n"
+    "    param.data = torch.empty(0, dtype=param.dtype, device=param.device)\n",
+    "    # param.data doesn't store anything meaningful in partitioned state\n"
+    f"    _zc_frame = __import__('sys')._getframe(1) if {planted('backward-release-keeps-gathered-data')} else None\n"
+    "    while _zc_frame is not None and _zc_frame.f_code.co_name != 'post_sub_module_backward_function':\n"
+    "        _zc_frame = _zc_frame.f_back\n"
+    "    if _zc_frame is None:\n"
+    "        param.data = torch.empty(0, dtype=param.dtype, device=param.device)\n")]
+# A load restores Adam's moments as zeros (ZeRO-3's rigid load, after the optimizer's state was
+# loaded): the values and fp32 masters are right after the load, the next step is not.
+MOMENTS_ZEROED = [Edit(
+    STAGE3,
+    "        # restore fp32 partitions\n",
+    f"        if {planted('optimizer-moments-zeroed-on-load')}:\n"
+    "            for _zc_state in self.optimizer.state.values():\n"
+    "                for _zc_value in _zc_state.values():\n"
+    "                    if torch.is_tensor(_zc_value) and _zc_value.dim() > 0:\n"
+    "                        _zc_value.zero_()\n"
+    "        # restore fp32 partitions\n")]
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -166,19 +239,65 @@ FAULTS = {
     "gathered-edit-not-broadcast": ("I3", "sgd_gather_edit_not_broadcast", NOT_BROADCAST),
     # A checkpoint file DeepSpeed cannot read: the load's exception is the finding, the suite goes on.
     "optimizer-state-file-empty": ("op", "adam_load_empty_file", {"v0.14": STATE_FILE_EMPTY, "master": STATE_FILE_EMPTY}),
+    # Faults whose finding has a row's rule or field but another cause (check 4): each gets a key
+    # of its own, untriaged.
+    "persistent-copy-made-locally-on-one-rank": ("I9", "sgd_persistent_copy_local", {
+        "v0.14": PERSISTENT_COPY, "master": PERSISTENT_COPY}),
+    # The Gloo race's symptom, triaged as the race: at a step (planted by PERSISTENT_COPY) and at
+    # a save.
+    "persistent-copy-changed-in-place-on-one-rank": ("I9", "sgd_persistent_copy_changed", {
+        "v0.14": [], "master": []}),
+    "persistent-copy-changed-in-place-at-a-save": ("I9", "sgd_persistent_copy_changed_at_save",
+                                                   PERSISTENT_COPY_AT_SAVE),
+    "backward-release-keeps-gathered-data": ("I4", "sgd_two_linears_release_skipped", {
+        "v0.14": RELEASE_KEEPS_GATHER, "master": RELEASE_KEEPS_GATHER}),
+    "optimizer-moments-zeroed-on-load": ("I3", "adam_load_moments_not_restored", {
+        "v0.14": MOMENTS_ZEROED, "master": MOMENTS_ZEROED}),
 }
 CONTROL = "sgd_control"  # no fault: no finding
 # Scenarios of faults not replayed again per invariant switched off (the ablation shows each of
 # I3, I4, I6, I9 necessary without them; they only need their own invariant to catch them).
 NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
-               "sgd_gather_edit_not_broadcast", "sgd_copy_back_early"}
+               "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
+               "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
+               "sgd_two_linears_release_skipped", "adam_load_moments_not_restored"}
 ABLATED = ("I3", "I4", "I6", "I9")
+# The planted look-alikes of the Gloo all_gather race (check 5), each with the invariants whose
+# root causes must be the race's rows, and the race's bug in the table.
+RACE_LOOKALIKES = {"persistent-copy-changed-in-place-on-one-rank": ("I3", "I9"),
+                   "persistent-copy-changed-in-place-at-a-save": ("I9",)}
+RACE_BUG = ("ZeRO-3 on Gloo: a blocking coalesced all_gather returns before every parameter's "
+            "data has arrived")
 # The root cause of KNOWN_UPSTREAM.md's stale-gradient row (its first cell): a planted wrong
 # number must never land on it, or the triage would call a new bug known.
 STALE_GRADIENT = ("I3 step: the gradient handed to the optimizer first differs from the dense "
                   "twin, for a parameter without a gradient in the step: "
                   "deepspeed/runtime/zero/stage3.py _prepare_sub_group()")
 UNTRIAGED = "master-copied-back-before-step"  # the planted fault no row of the table describes
+# Faults whose finding has the operation and field (or rule) of a key that a row of the table, or
+# another planted fault, held before root causes named who produced the value: the old key each
+# would have landed on. Each must now get a key of its own, reported untriaged (check 4).
+OLD_KEYS = {
+    # The Gloo all_gather race's row (`I9 step: whole_copy`).
+    "persistent-copy-made-locally-on-one-rank": "I9 step: whole_copy",
+    # data-kept-after-backward's key.
+    "backward-release-keeps-gathered-data": "I4 backward: released but holding data",
+    # The one row every I3 finding at a load landed on (`I3 load: value first differs ...`).
+    "optimizer-moments-zeroed-on-load": "I3 load:",
+}
+
+
+def bug_titles():
+    """Root cause -> its row's bug title (the `bug` column of KNOWN_UPSTREAM.md's tables)."""
+    titles, column = {}, None
+    with open(KNOWN, encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] == "root cause":
+                column = cells.index("bug") if "bug" in cells else None
+            elif column is not None and cells[0].startswith("`") and len(cells) > column:
+                titles[cells[0].strip("`")] = cells[column]
+    return titles
 
 
 def untriaged(summary, table):
@@ -258,6 +377,28 @@ def main():
     new = [t for summary in summaries for t in untriaged(summary, table)]
     check(causes[UNTRIAGED][0] in new,
           f"the triage check reports {UNTRIAGED} as untriaged: {causes[UNTRIAGED][0]}")
+    # 4. A new cause with an old rule or field: its own key, untriaged, none another fault's.
+    keys = {name: sorted({c["title"] for summary in summaries for c in summary["root_causes"]
+                          if c.get("invariant") == FAULTS[name][0]
+                          and FAULTS[name][1] in c["scenarios"]})
+            for name in list(OLD_KEYS) + ["data-kept-after-backward", "step-count-skipped-on-one-rank"]}
+    for name, titles in keys.items():
+        print(f"{FAULTS[name][0]} root cause of {name}: {titles}")
+    for name, old in OLD_KEYS.items():
+        check(any(t.startswith(old) for t in keys[name]) and not set(keys[name]) & set(table),
+              f"{name}: a key of its own beside {old!r}, untriaged: {keys[name]}")
+        check(all(t in new for t in keys[name]), f"the triage check reports {name} as untriaged")
+    distinct = [t for titles in keys.values() for t in titles]
+    check(len(set(distinct)) == len(distinct), f"no two planted faults share a key: {keys}")
+    # 5. The race's symptom, planted, gets the keys of the race's rows (I9 at a step and at a
+    # save, I3's whole copy at a step).
+    race = sorted({c["title"] for name, invariants in RACE_LOOKALIKES.items()
+                   for summary in summaries for c in summary["root_causes"]
+                   if c.get("invariant") in invariants and FAULTS[name][1] in c["scenarios"]})
+    print(f"root causes of the race's look-alikes: {race}")
+    bugs = bug_titles()
+    check(len(race) == 3 and all(bugs.get(t) == RACE_BUG for t in race),
+          f"the race's look-alikes land on the Gloo all_gather race's rows: {race}")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0
 
