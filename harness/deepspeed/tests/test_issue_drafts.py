@@ -188,6 +188,17 @@ class Drafts(unittest.TestCase):
             self.assertIn(why, text)
             self.assertIn('"op": "step"', text)  # the minimal scenario instead
 
+    def test_where_the_suite_wrote_no_script_the_draft_gives_its_reason(self):
+        why = "an initialize given an invalid config is written only by the straight-line form"
+        minimal = {"scenario": self.scenario, "reproducible": True, "repro": None,
+                   "script_error": None, "script_check": None, "no_script": why}
+        text = draft([cause(minimal=minimal)], SUMMARY, TABLE)
+        self.assertIn(f"No verified script: the suite wrote no standalone script for this "
+                      f"finding: {why}.", text)
+        broken = dict(minimal, no_script=None, script_error="SyntaxError: bad")
+        self.assertIn("the script writer failed (SyntaxError: bad)",
+                      draft([cause(minimal=broken)], SUMMARY, TABLE))
+
     def test_a_first_bad_commit_only_when_a_bisection_ran(self):
         self.assertNotIn("first bad commit", draft([cause()], SUMMARY, TABLE).lower())
         text = draft([cause(first_bad_commit="abc123 zero: number modules")], SUMMARY, TABLE)

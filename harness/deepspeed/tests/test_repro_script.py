@@ -19,7 +19,8 @@ from . import support
 from zerocheck_ds.engines import deepspeed_tree
 from zerocheck_ds.findings import summary_schema
 from zerocheck_ds.repro import minimise
-from zerocheck_ds.repro.repro_script import code_lines, repro_script_text, scripts_for, write_repro_script
+from zerocheck_ds.repro.repro_script import (code_lines, no_script_reason, repro_script_text,
+                                             scripts_for, write_repro_script)
 from zerocheck_ds.repro.repro_straight import DEEPSPEED_DEFAULTS, script_config
 from zerocheck_ds.suite import suite
 
@@ -717,6 +718,21 @@ class TwinScript(unittest.TestCase):
                 self.assertFalse(scripts_for(self.STALE, goal, stage))
         with self.assertRaisesRegex(ValueError, "dense-twin form"):
             repro_script_text(self.STALE, self.GOAL, stage=2)
+
+    def test_where_there_is_no_script_the_reason_says_why(self):
+        invalid = os.path.join(os.path.dirname(support.PACKAGE_ROOT), "tests", "scenarios",
+                               "upstream_lifecycle", "config_error_offload_optimizer.json")
+        self.assertIsNone(no_script_reason(self.STALE, self.GOAL))
+        for path, goal, stage, why in (
+                (self.STALE, target("I4", op_index=7), 3, "the replay's own checks"),
+                (self.STALE, self.GOAL, 2, "only where the dense-twin form takes its scenario"),
+                # master's failed initialize, seen by the forward that follows it
+                (invalid, target("I5", op_index=0, op="initialize",
+                                 attribute="training still runs after a rejected initialize"), 3,
+                 "an initialize given an invalid config is written only by the straight-line")):
+            with self.subTest(goal=goal["invariant"], stage=stage):
+                self.assertIn(why, no_script_reason(path, goal, stage))
+                self.assertFalse(scripts_for(path, goal, stage))
 
 
 if __name__ == "__main__":

@@ -197,6 +197,15 @@ def script_verified(minimal):
     return (minimal.get("script_check") or {}).get("verified") is True
 
 
+def no_script_why(minimal):
+    """Why the suite wrote no script for a shrunk finding (minimise.py's no_script, or the
+    writer's error; older summaries have neither)."""
+    if minimal.get("script_error"):
+        return f"the script writer failed ({minimal['script_error']})"
+    return minimal.get("no_script") or ("an I3, I4 or I9 finding outside the forms a script "
+                                        "takes needs the replay's own checks")
+
+
 def _minimal(causes, summary):
     """The best minimal entry among the bug's signatures: one whose script the suite verified,
     else one with a script, else any reproducible one."""
@@ -221,8 +230,10 @@ _MACHINE_PATHS = ("/work", "/tmp", "/home", "/usr", "/var", "/root", "/zerocheck
 def _unverified_why(minimal, script):
     check = minimal.get("script_check")
     if not minimal.get("repro"):
-        return ("the suite wrote no standalone script for this finding (an I3, I4 or I9 finding "
-                "needs the dense twin, or the suite ran without --shrink)")
+        return ("the suite wrote no standalone script for this finding: " + no_script_why(minimal)
+                if minimal else "the suite wrote no standalone script for this finding: it ran "
+                                "without --shrink, or the finding did not show again when its "
+                                "scenario ran alone")
     if check is None:
         return "the suite did not run the script before this draft was written"
     if not check.get("verified"):

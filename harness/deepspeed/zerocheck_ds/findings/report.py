@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 from . import baseline as baseline_module, issue_drafts, root_causes
-from .issue_drafts import script_verified
+from .issue_drafts import no_script_why, script_verified
 from .verdict import merge_tallies
 
 # /2: root causes, limits (the control's), not_checked, versions, per-scenario root causes.
@@ -407,8 +407,8 @@ def write_markdown(path, run):
             if m.get("script_error"):  # the writer failed: that script only, said here
                 out.append(f"- script not written: {m['script_error']}")
             elif not m.get("repro"):
-                out.append("- no standalone script: an I3, I4 or I9 finding needs the dense twin "
-                           "(the replay below reproduces it)")
+                out.append(f"- no standalone script: {no_script_why(m)} (the replay below "
+                           f"reproduces it)")
             if m.get("repro"):
                 out.append(f"- {script_status(m)}: `{m['repro']}`; run it: "
                            f"`{m['repro_command']}` (`--plain`: the same steps on plain PyTorch, "

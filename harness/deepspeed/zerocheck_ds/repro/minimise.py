@@ -20,7 +20,7 @@ import time
 from ..engines.checkout import checkout_commit
 from ..findings.outcomes import outcome_findings
 from ..findings.signatures import INVALID_CONFIG, signature, slug
-from .repro_script import scripts_for, write_repro_script
+from .repro_script import no_script_reason, write_repro_script
 from .script_check import STARTUP_SECONDS, check_script
 from .shrink import shrink, size
 
@@ -151,11 +151,13 @@ def _script(supervisor, run, minimal_path, sig, finding, world_size):
     recorded and the run goes on); a script written is run on the tree and with --plain before
     it counts (script_check.check_script)."""
     args = run.args
-    entry = {"repro": None, "repro_command": None, "script_error": None, "script_check": None}
+    entry = {"repro": None, "repro_command": None, "script_error": None, "script_check": None,
+             "no_script": None}
     repro_path = os.path.join(args.out, "repro", f"{slug(sig)}.py")
     try:
         target = _repro_target(sig, finding)
-        if not scripts_for(minimal_path, target, args.stage):
+        entry["no_script"] = no_script_reason(minimal_path, target, args.stage)
+        if entry["no_script"]:
             return entry  # I4, I9, an I3 or I6 outside the twin form: the replay reproduces it
         os.makedirs(os.path.dirname(repro_path), exist_ok=True)
         write_repro_script(minimal_path, target, repro_path, args.stage,

@@ -127,16 +127,33 @@ def code_lines(text):
 
 
 def scripts_for(scenario_path, target, stage=3):
-    """Whether repro_script_text makes a script for `target` on this scenario: for
-    TARGET_INVARIANTS unless an initialize is given an invalid config outside the straight-line
-    form, for I3 and I6 where the dense-twin form takes the scenario."""
-    if target.get("invariant") not in TARGET_INVARIANTS + TWIN_INVARIANTS:
-        return False
+    """Whether repro_script_text makes a script for `target` on this scenario (no_script_reason
+    gives none)."""
+    return no_script_reason(scenario_path, target, stage) is None
+
+
+def no_script_reason(scenario_path, target, stage=3):
+    """Why repro_script_text makes no script for `target` on this scenario, in words for the
+    report and the issue draft; None where it makes one: for TARGET_INVARIANTS unless an
+    initialize is given an invalid config outside the straight-line form, for I3 and I6 where
+    the dense-twin form takes the scenario."""
+    invariant = target.get("invariant")
+    if invariant not in TARGET_INVARIANTS + TWIN_INVARIANTS:
+        return (f"an {invariant} finding is judged by the replay's own checks of the partitions "
+                f"and of what the ranks hold, which no standalone script carries")
     plan = _Plan(load_scenario(scenario_path))
-    if target["invariant"] in TWIN_INVARIANTS:
-        return repro_twin.fits(plan, target, stage)
+    if invariant in TWIN_INVARIANTS:
+        return None if repro_twin.fits(plan, target, stage) else (
+            f"an {invariant} finding gets a script only where the dense-twin form takes its "
+            f"scenario (ZeRO stage 3, gradient accumulation 1, eager construction, at most "
+            f"{repro_twin.MAX_WORLD} ranks, the root initialized first with the user's optimizer "
+            f"and a valid config, the finding at an operation)")
     # The general form has no invalid config to give an initialize: the straight one, or none.
-    return not plan.invalid_configs or repro_straight.fits(plan, target)
+    if plan.invalid_configs and not repro_straight.fits(plan, target):
+        return ("an initialize given an invalid config is written only by the straight-line "
+                "form, which takes a finding of that initialize or one after the root's engine "
+                "trains, not this one")
+    return None
 
 
 def write_repro_script(scenario_path, target, out_path, stage=3, produced_on=None):
