@@ -17,7 +17,9 @@ from the files it writes:
      by the next step (I3);
   4. every I3/I4/I6/I9 root cause is triaged in KNOWN_UPSTREAM.md;
   5. the two load findings as standalone scripts that carry the dense twin (repro_twin.py):
-     within the script-size budget, REPRODUCED on the tree at world 2, NOT REPRODUCED with --plain.
+     within the script-size budget, REPRODUCED on the tree at world 2, NOT REPRODUCED with --plain;
+  6. the issue drafts: one per bug, titled in plain words, naming no path of this machine (on
+     master the failed initialize's root causes share one).
 A scenario whose first run needs a second look (its checks 2, 3, 4 fail, or it shows a cause that
 KNOWN_UPSTREAM.md triages as nondeterministic) is replayed apart from the others (with those that
 need it too) upstream_rates.REPLAYS times, every one of them, and each of its findings judged by
@@ -36,6 +38,7 @@ and in none of 30 with every all_gather waited for (what PR #8539 does upstream)
 """
 
 import os
+import re
 import sys
 
 from upstream_rates import is_nondeterministic, judge, rates_of, replayed, report
@@ -203,6 +206,34 @@ def check_scripts(python, tree, work, found, version):
               f"{version}: {name}: and not on plain PyTorch ({runs[0][1][-300:]})")
 
 
+# What an issue draft may not hold: a path of the machine that wrote it.
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/-])/(?:work|tmp|home|usr|var|root|zerocheck|opt|srv)/")
+# A title that is the suite's signature or root-cause key, not the bug in plain words.
+SIGNATURE_TITLE = re.compile(r"^# (?:I\d+|op|crash|hang)\b")
+FAILED_INITIALIZE = ("A failed `deepspeed.initialize` leaves the engine's forward hooks on the "
+                     "model, and every later forward fails")
+
+
+def check_drafts(out, version):
+    """6: OUT/issues/ holds one draft per bug, each titled in plain words and naming no path of
+    this machine; on master the failed initialize's three root causes give one draft."""
+    folder = os.path.join(out, "issues")
+    titles = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = f.read()
+        titles.setdefault(text.splitlines()[0], []).append(name)
+        path = ABSOLUTE_PATH.search(text)
+        check(not path, f"{version}: draft {name} names no path of this machine"
+                        + (f" (it names {path.group(0)}...)" if path else ""))
+    check(all(len(names) == 1 for names in titles.values()),
+          f"{version}: one draft per bug ({len(titles)} titles)")
+    check(not [t for t in titles if SIGNATURE_TITLE.match(t)],
+          f"{version}: every draft titled in plain words ({sorted(titles)})")
+    if version == "master":
+        check(f"# {FAILED_INITIALIZE}" in titles, "master: the failed initialize has its draft")
+
+
 def main():
     args = versioned_arguments()
     if args is None:
@@ -235,8 +266,9 @@ def main():
         check(not result[name], f"{version}: {name} shows {invariant} '{text}' {result[name] or ''}")
     failing = {n: w for n, w in result.items() if w}
     check(not failing, f"{version}: every I3, I4, I6 and I9 root cause is triaged ({failing})")
-    # 5. Scripts.
+    # 5. Scripts. 6. Issue drafts.
     check_scripts(python, tree, work, found, version)
+    check_drafts(out, version)
     print(f"checkpoints and life cycle ({version}): {summary['scenarios_per_minute']} scenarios/min, "
           f"I6 {summary['checks']['I6']['checked']} checks, disk at most "
           f"{disk['max_bytes_per_scenario']} bytes per scenario; all checks passed")
