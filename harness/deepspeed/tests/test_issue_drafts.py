@@ -140,7 +140,7 @@ class Drafts(unittest.TestCase):
     def test_the_analysis_leaves_out_what_points_into_this_project(self):
         why = ("Stale gradient. The buffer is never cleared (stage3.py `partition_grads`). "
                "Repro: `catalogue/zero3_stale_gradient/` (report and script); scenario "
-               "`harness/tests/scenarios/upstream_bugs/x.json`, which both upstream ctests "
+               "`harness/tests/scenarios/SOME_FOLDER/x.json`, which both upstream ctests "
                "assert. No upstream issue found (searched 2026-12; the queries are in "
                "`catalogue/zero3_stale_gradient/REPORT.md`).")
         table = {"cause A": dict(TABLE["cause A"], why=why)}

@@ -18,6 +18,7 @@ import os
 import platform
 import re
 
+from ..scenario import schema
 from .root_causes import KNOWN_UPSTREAM
 from .signatures import slug
 from .verdict import NEW_INVARIANTS
@@ -60,14 +61,14 @@ def bug_title(cause, table, stage=3):
 
 
 # What a finding of each invariant means to a DeepSpeed user, for an untriaged bug's title.
-_PLAIN_MEANING = {
+_PLAIN_MEANING = schema.some("invariants", {
     "I2": "ZeRO-3 moves a module the user placed by its own attributes to another rank",
     "I3": "ZeRO-3 trains to other numbers than plain PyTorch on the same data",
     "I4": "ZeRO-3 holds other partitions than it promises",
     "I5": "ZeRO-3: a repeated or refused `deepspeed.initialize` is not refused cleanly",
     "I6": "ZeRO-3: `load_checkpoint` does not restore what was saved",
     "I9": "ZeRO-3's ranks disagree on what they hold",
-}
+})
 
 
 def plain_title(cause):
