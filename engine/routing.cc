@@ -89,7 +89,9 @@ at::Tensor EngineState::call_placed(Module& module, const ModuleRecord& record,
   if (comm.world_size() == 1) {
     computing_placed = true;
     try {
-      at::Tensor out = body(input);
+      // As route_forward does: the expert computes on the device it lives on and answers on the
+      // caller's (a CUDA build places it on cuda:0; the H200 run failed here on a CPU input).
+      at::Tensor out = body(input.to(partitioner.device())).to(input.device());
       computing_placed = false;
       return out;
     } catch (...) {
