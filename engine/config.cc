@@ -69,11 +69,18 @@ Config Config::read(const JsonAt& at) {
   if (at.has("zero_optimization")) {
     const JsonAt zero = at["zero_optimization"];
     std::vector<std::string> zero_allowed = names_of(zero_keys());
+#define ZERO3_FLAG_NAME(name, def, doc) zero_allowed.push_back(#name);
+    ZERO3_ZERO_BOOL_KEYS(ZERO3_FLAG_NAME)
+#undef ZERO3_FLAG_NAME
     zero_allowed.push_back("offload_optimizer");
     zero.object({}, zero_allowed);
 #define ZERO3_READ_ZERO(name, def, lo, hi, doc) read_int(zero, {#name, lo, hi}, config.zero_optimization.name);
     ZERO3_ZERO_INT_KEYS(ZERO3_READ_ZERO)
 #undef ZERO3_READ_ZERO
+#define ZERO3_READ_FLAG(name, def, doc) \
+  if (zero.has(#name)) config.zero_optimization.name = zero[#name].boolean();
+    ZERO3_ZERO_BOOL_KEYS(ZERO3_READ_FLAG)
+#undef ZERO3_READ_FLAG
     if (zero.has("offload_optimizer")) {
       const JsonAt offload = zero["offload_optimizer"];
       offload.object({}, {"device"});
@@ -95,9 +102,20 @@ json Config::to_json() const {
 #undef ZERO3_WRITE_TOP
   if (train_batch_size == 0) out.erase("train_batch_size");
   json zero = json::object();
-#define ZERO3_WRITE_ZERO(name, def, lo, hi, doc) zero[#name] = zero_optimization.name;
+  // The keys written before DeepSpeed's other knobs joined the table are written always; those
+  // only when not the default, so older files (and the fuzz corpora's stored decodings) keep
+  // their bytes and a scenario shows the knobs it sets.
+  const auto always = [](std::string_view key) {
+    return key == "stage" || key == "stage3_param_persistence_threshold" || key == "reduce_bucket_size";
+  };
+#define ZERO3_WRITE_ZERO(name, def, lo, hi, doc) \
+  if (always(#name) || zero_optimization.name != (def)) zero[#name] = zero_optimization.name;
   ZERO3_ZERO_INT_KEYS(ZERO3_WRITE_ZERO)
 #undef ZERO3_WRITE_ZERO
+#define ZERO3_WRITE_FLAG(name, def, doc) \
+  if (zero_optimization.name != (def)) zero[#name] = zero_optimization.name;
+  ZERO3_ZERO_BOOL_KEYS(ZERO3_WRITE_FLAG)
+#undef ZERO3_WRITE_FLAG
   if (zero_optimization.offload_optimizer_device != "none")
     zero["offload_optimizer"] = {{"device", zero_optimization.offload_optimizer_device}};
   out["zero_optimization"] = zero;
@@ -153,6 +171,10 @@ std::string Config::describe_keys() {
   ZERO3_ZERO_INT_KEYS(ZERO3_ZERO)
 #undef ZERO3_TOP
 #undef ZERO3_ZERO
+#define ZERO3_FLAG(name, def, doc) \
+  out << "  zero_optimization." #name " (default " << (def ? "true" : "false") << "): " << doc << "\n";
+  ZERO3_ZERO_BOOL_KEYS(ZERO3_FLAG)
+#undef ZERO3_FLAG
   out << "  zero_optimization.offload_optimizer.device (default none): none, cpu or nvme; the engine "
          "offloads nothing and refuses the others at initialize\n";
   out << "  zerocheck.placement (default none): {\"kind\": \"attr_mod\", \"attr\": NAME} or "

@@ -4,6 +4,12 @@
 // the docs, so a key cannot be accepted in one place and forgotten in another. Anything outside
 // the table is an error: a typo in a config must never be silently ignored.
 //
+// DeepSpeed's ZeRO knobs (buckets, prefetch, live and reuse limits, sub-groups, overlap,
+// contiguous and reduce-scatter flags) carry DeepSpeed's names, ranges and defaults so that one
+// scenario configures both engines. This engine gathers and reduces per parameter and steps one
+// shard at a time, so they are validated and inert here by construction; they trade memory and
+// speed upstream and must not change a bit of the result (invariant I10).
+//
 // Read with JsonAt (engine/json_reader.h): throws ConfigError whose message starts with the JSON
 // path of the culprit ("$.zero_optimization.stage: ..."), and refuses a key written twice.
 #pragma once
@@ -36,8 +42,26 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(stage, 3, 3, 3, "ZeRO stage; zerocheck implements stage 3 only")                            \
   X(stage3_param_persistence_threshold, 100000, 0, std::numeric_limits<int64_t>::max(),        \
     "parameters with at most this many elements stay whole on every rank")                      \
-  X(reduce_bucket_size, 500000000, 1, std::numeric_limits<int64_t>::max(),                     \
-    "elements per gradient reduction bucket (validated; reductions run per parameter)")
+  X(reduce_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                     \
+    "elements per gradient reduction bucket (validated; inert here: reductions run per parameter)") \
+  X(allgather_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                  \
+    "elements per all-gather bucket, stages 1-2 (validated; inert here: gathers run per parameter)") \
+  X(stage3_prefetch_bucket_size, 50000000, 0, std::numeric_limits<int64_t>::max(),             \
+    "elements of the next modules' parameters gathered ahead (validated; inert here: no prefetch)") \
+  X(stage3_max_live_parameters, 1000000000, 0, std::numeric_limits<int64_t>::max(),            \
+    "gathered elements kept before releasing (validated; inert here: released after each module)") \
+  X(stage3_max_reuse_distance, 1000000000, 0, std::numeric_limits<int64_t>::max(),             \
+    "keep a parameter gathered if reused within this many elements (validated; inert here)")    \
+  X(sub_group_size, 1000000000, 0, std::numeric_limits<int64_t>::max(),                        \
+    "elements per optimizer sub-group of the flat partition (validated; inert here: one step per shard)")
+
+// X(key, default, description): boolean keys inside "zero_optimization". DeepSpeed's names and
+// defaults (deepspeed/runtime/zero/config.py; overlap_comm's default there is "stage == 3").
+#define ZERO3_ZERO_BOOL_KEYS(X)                                                                  \
+  X(overlap_comm, true, "overlap reduction with backward (validated; inert here: collectives are blocking)") \
+  X(contiguous_gradients, true, "copy gradients into a contiguous bucket before reducing (validated; inert here)") \
+  X(reduce_scatter, true, "reduce gradients by reduce-scatter, else all-reduce (validated; inert here: reduce-scatter)") \
+  X(round_robin_gradients, false, "stages 1-2: round-robin gradient partition copies (validated; inert here)")
 
 // DeepSpeed's names for where zero_optimization.offload_optimizer.device puts the optimizer's
 // state. The reader takes each (a DeepSpeed config reads); the engine offloads nothing, so
@@ -51,6 +75,9 @@ inline const std::vector<std::string>& offload_devices() {
 struct ZeroOptimizationConfig {
 #define ZERO3_DECLARE_MEMBER(key, def, lo, hi, doc) int64_t key = def;
   ZERO3_ZERO_INT_KEYS(ZERO3_DECLARE_MEMBER)
+#define ZERO3_DECLARE_FLAG(key, def, doc) bool key = def;
+  ZERO3_ZERO_BOOL_KEYS(ZERO3_DECLARE_FLAG)
+#undef ZERO3_DECLARE_FLAG
   std::string offload_optimizer_device = "none";  // "offload_optimizer": {"device": ...}
 };
 
@@ -71,7 +98,8 @@ struct Config {
   static Config read(const JsonAt& at);
   // The sections besides the integer keys, in the order the reader lists them.
   static const std::vector<std::string>& sections();
-  // Returns the JSON form: every key with its value (train_batch_size only when set).
+  // Returns the JSON form: every key with its value (train_batch_size only when set; DeepSpeed's
+  // knobs besides reduce_bucket_size only when not their default).
   nlohmann::json to_json() const;
 
   // Throws ConfigError at `path`.train_batch_size when it is set and disagrees with the world size.

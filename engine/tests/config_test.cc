@@ -43,7 +43,9 @@ TEST(Config, ErrorsNameTheJsonPathInTheOneConvention) {
   EXPECT_EQ(error_of(R"({"zero_optimization": {"stage": 2}})"), "$.zero_optimization.stage: value 2 is out of range [3, 3]");
   EXPECT_EQ(error_of(R"({"zero_optimization": {"stag": 3}})"),
             "$.zero_optimization.stag: unknown key (expected one of: stage, stage3_param_persistence_threshold, "
-            "reduce_bucket_size, offload_optimizer)");
+            "reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters, "
+            "stage3_max_reuse_distance, sub_group_size, overlap_comm, contiguous_gradients, reduce_scatter, "
+            "round_robin_gradients, offload_optimizer)");
   EXPECT_EQ(error_of(R"({"train_micro_batch_size": 1})").rfind("$.train_micro_batch_size: unknown key (expected one of: "
                                                                 "train_micro_batch_size_per_gpu,", 0), 0u);
   EXPECT_EQ(error_of(R"({"steps_per_print": true})"), "$.steps_per_print: expected an integer, got boolean");
@@ -61,6 +63,49 @@ TEST(Config, ErrorsNameTheJsonPathInTheOneConvention) {
   EXPECT_EQ(error_of("[1, 2]"), "$: expected an object, got array");
   EXPECT_EQ(error_of("{\"stage\": ").rfind("$: malformed JSON: at byte", 0), 0u);
   EXPECT_EQ(error_of("").rfind("$: malformed JSON", 0), 0u);
+}
+
+TEST(Config, DeepSpeedsZeroKnobsHaveItsNamesDefaultsAndRanges) {
+  // deepspeed/runtime/zero/config.py (v0.14.5 and master alike): every size `ge=0`, these defaults,
+  // overlap_comm true at stage 3. The engine validates them and ignores them (engine/config.h).
+  const Config defaults = Config::parse("{}");
+  EXPECT_EQ(defaults.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_EQ(defaults.zero_optimization.allgather_bucket_size, 500000000);
+  EXPECT_EQ(defaults.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(defaults.zero_optimization.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(defaults.zero_optimization.stage3_max_reuse_distance, 1000000000);
+  EXPECT_EQ(defaults.zero_optimization.sub_group_size, 1000000000);
+  EXPECT_TRUE(defaults.zero_optimization.overlap_comm);
+  EXPECT_TRUE(defaults.zero_optimization.contiguous_gradients);
+  EXPECT_TRUE(defaults.zero_optimization.reduce_scatter);
+  EXPECT_FALSE(defaults.zero_optimization.round_robin_gradients);
+
+  const Config set = Config::parse(R"({"zero_optimization": {"reduce_bucket_size": 0, "allgather_bucket_size": 7,
+      "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 3, "stage3_max_reuse_distance": 0,
+      "sub_group_size": 5, "overlap_comm": false, "contiguous_gradients": false, "reduce_scatter": false,
+      "round_robin_gradients": true}})");
+  EXPECT_EQ(set.zero_optimization.stage3_max_live_parameters, 3);
+  EXPECT_FALSE(set.zero_optimization.reduce_scatter);
+  EXPECT_TRUE(set.zero_optimization.round_robin_gradients);
+  EXPECT_EQ(Config::from_json(set.to_json()).to_json(), set.to_json());
+  EXPECT_NO_THROW(set.validate(2));
+
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage3_max_live_parameters": -1}})")
+                .rfind("$.zero_optimization.stage3_max_live_parameters: value -1 is out of range [0, ", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"sub_group_size": -5}})")
+                .rfind("$.zero_optimization.sub_group_size: value -5 is out of range [0, ", 0), 0u);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"overlap_comm": 1}})"),
+            "$.zero_optimization.overlap_comm: expected a boolean, got integer");
+  Config bad;
+  bad.zero_optimization.stage3_prefetch_bucket_size = -2;
+  try {
+    bad.validate(1);
+    ADD_FAILURE() << "a negative prefetch bucket validated";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("$.zero_optimization.stage3_prefetch_bucket_size: value -2 is out of range", 0), 0u)
+        << e.what();
+  }
+  EXPECT_NE(Config::describe_keys().find("zero_optimization.overlap_comm (default true): "), std::string::npos);
 }
 
 TEST(Config, RefusesAKeyWrittenTwiceAnywhere) {

@@ -4,8 +4,9 @@
 // FuzzedDataProvider reads a choice's bytes from the end of the input backwards, so the choices
 // of one part (an operation unit, a leaf, an attribute name: Chooser's ChoiceSpan) are one
 // contiguous byte range, and the input reads, from its last byte to its first: the world, the
-// rest of the header, the tree, the placement, then the operation units in order. Removing or
-// inserting whole ranges below a part therefore leaves every choice above it as it was.
+// rest of the header, the tree, the placement, then the operation units in order, then the ZeRO
+// knobs. Removing or inserting whole ranges below a part therefore leaves every choice above it as
+// it was (the knobs, below every unit, move with any edit of the units).
 //
 // A part's bytes decode to the same choices wherever they stand, as long as the part is drawn in
 // the same context: an operation unit within its own input (its module choices index that tree),

@@ -27,8 +27,13 @@ json config_keys() {
   ZERO3_ZERO_INT_KEYS(ZEROCHECK_ZERO_ROW)
 #undef ZEROCHECK_TOP_ROW
 #undef ZEROCHECK_ZERO_ROW
+  json flags = json::array();
+#define ZEROCHECK_FLAG_ROW(name, def, doc) flags.push_back({{"name", #name}, {"default", def}, {"doc", doc}});
+  ZERO3_ZERO_BOOL_KEYS(ZEROCHECK_FLAG_ROW)
+#undef ZEROCHECK_FLAG_ROW
   return {{"top", top},
           {"zero_optimization", zero},
+          {"zero_optimization_flags", flags},
           {"offload_optimizer_devices", zero3::offload_devices()},
           {"sections", zero3::Config::sections()},
           {"zerocheck", {"placement"}}};

@@ -67,6 +67,17 @@ const T& pick(Chooser& chooser, const std::vector<Row<T>>& table) {
 const std::vector<Row<double>> kLearningRates = {{1, 0.01}, {1, 0.1}};
 const std::vector<Row<int64_t>> kPersistenceThresholds = {{5, 0}, {2, 4}, {1, 100000}};
 const std::vector<Row<int64_t>> kAccumulationSteps = {{5, 1}, {1, 2}};
+// DeepSpeed's size knobs (engine/config.h) are drawn where off-by-one bugs live: on, one below and
+// one above a size the scenario has (a parameter's numel, its partition ceil(numel/W), a running
+// total of numels as a bucket fills, in either order), not uniformly over 1..5e8; or left at the
+// default; or at the smallest the knob takes.
+enum class SizeFrom { default_value, numel, partition, running_total, smallest };
+const std::vector<Row<SizeFrom>> kSizeFrom = {{3, SizeFrom::default_value}, {2, SizeFrom::numel},
+                                              {2, SizeFrom::partition}, {2, SizeFrom::running_total},
+                                              {1, SizeFrom::smallest}};
+const std::vector<Row<int64_t>> kOffByOne = {{1, 0}, {1, -1}, {1, 1}};
+// A flag keeps DeepSpeed's default first (the smallest choice), else the other value.
+const std::vector<Row<bool>> kFlagKeepsDefault = {{3, true}, {1, false}};
 const std::vector<Row<zero3::PlacementSpec::Kind>> kPlacements = {
     {3, zero3::PlacementSpec::Kind::none}, {2, zero3::PlacementSpec::Kind::attr_mod}, {1, zero3::PlacementSpec::Kind::map}};
 // Offsets of odd shapes: one element, a prime, zero-size, fewer elements than some worlds have ranks.
@@ -126,6 +137,7 @@ bool takes_key(const schema::NodeKind& kind, std::string_view key) {
 struct ModuleAt {
   std::string path;
   std::vector<std::string> params;  // as named_parameters() names them, from this module
+  std::vector<int64_t> numels;      // each of params' elements
   bool expert = false;              // a child of an MoE
 };
 
@@ -138,8 +150,11 @@ std::vector<ModuleAt> modules_of(const Scenario& s) {
       for (const auto& [name, child] : moe->experts->named_zero3_children()) experts.insert(child.get());
   std::vector<ModuleAt> out;
   for (const auto& entry : entries) {
-    ModuleAt at{entry.path, {}, experts.count(entry.module.get()) > 0};
-    for (const auto& item : entry.module->own_parameters()) at.params.push_back(item.first);
+    ModuleAt at{entry.path, {}, {}, experts.count(entry.module.get()) > 0};
+    for (const auto& item : entry.module->own_parameters()) {
+      at.params.push_back(item.first);
+      at.numels.push_back(item.second.numel());
+    }
     out.push_back(std::move(at));
   }
   return out;
@@ -220,11 +235,50 @@ class Draw {
       for (Op& o : unit)
         if (s.ops.size() < limits_.max_ops) s.ops.push_back(std::move(o));
     }
+    // Drawn last, so the bytes before them decode to the scenarios they did before the knobs.
+    zero_knobs(s.config.zero_optimization, modules);
     return s;
   }
 
  private:
   int64_t integer(Span span) { return c_.integer(span.lo, span.hi); }
+
+  // DeepSpeed's ZeRO knobs: sizes near the scenario's sizes, flags either way (defaults likelier);
+  // bytes that run out draw every default.
+  void zero_knobs(zero3::ZeroOptimizationConfig& zero, const std::vector<ModuleAt>& modules) {
+    std::vector<int64_t> numels, partitions, totals;
+    for (const auto& module : modules)
+      for (int64_t n : module.numels) {
+        numels.push_back(n);
+        partitions.push_back((n + world_ - 1) / world_);
+      }
+    int64_t forward = 0, backward = 0;
+    for (size_t i = 0; i < numels.size(); ++i) {
+      totals.push_back(forward += numels[i]);
+      totals.push_back(backward += numels[numels.size() - 1 - i]);
+    }
+    const auto size = [&](int64_t def, int64_t lo) {
+      const std::vector<int64_t>* from = nullptr;
+      switch (pick(c_, kSizeFrom)) {
+        case SizeFrom::default_value: return def;
+        case SizeFrom::smallest: return lo;
+        case SizeFrom::numel: from = &numels; break;
+        case SizeFrom::partition: from = &partitions; break;
+        case SizeFrom::running_total: from = &totals; break;
+      }
+      if (from->empty()) return def;
+      return std::max(lo, element(*from) + pick(c_, kOffByOne));
+    };
+    // The stage and the persistence threshold are not knobs: they are drawn above, or fixed.
+#define ZEROCHECK_DRAW_SIZE(key, def, lo, hi, doc)                                  \
+  if (std::string_view(#key) != "stage" && std::string_view(#key) != "stage3_param_persistence_threshold") \
+    zero.key = size(def, lo);
+    ZERO3_ZERO_INT_KEYS(ZEROCHECK_DRAW_SIZE)
+#undef ZEROCHECK_DRAW_SIZE
+#define ZEROCHECK_DRAW_FLAG(key, def, doc) zero.key = pick(c_, kFlagKeepsDefault) ? def : !def;
+    ZERO3_ZERO_BOOL_KEYS(ZEROCHECK_DRAW_FLAG)
+#undef ZEROCHECK_DRAW_FLAG
+  }
   template <class T>
   const T& element(const std::vector<T>& items) {
     return items[static_cast<size_t>(c_.integer(0, static_cast<int64_t>(items.size()) - 1))];

@@ -127,6 +127,21 @@ DEEPSPEED_DEFAULTS = {
     # The same class: `param_persistence_threshold: int = Field(pp_int(1e5), ge=0,
     # alias="stage3_param_persistence_threshold")` (v0.14.5 line 201, master line 221).
     schema.some("config_keys", "zero_optimization", "stage3_param_persistence_threshold"): 100000,
+    # The same class's ZeRO knobs (v0.14.5 lines; master's in brackets): allgather_bucket_size
+    # 5e8 (125 [132]), sub_group_size 1e9 (165 [175]), prefetch_bucket_size alias
+    # stage3_prefetch_bucket_size 5e7 (195 [215]), max_live_parameters alias
+    # stage3_max_live_parameters 1e9 (218 [238]), max_reuse_distance alias
+    # stage3_max_reuse_distance 1e9 (224 [244]), contiguous_gradients True (95 [102]),
+    # reduce_scatter True (101 [108]), round_robin_gradients False (264 [302]). overlap_comm's
+    # default is the stage's (stage == 3, its validator): settings_section drops it at stage 3.
+    schema.some("config_keys", "zero_optimization", "allgather_bucket_size"): 500000000,
+    schema.some("config_keys", "zero_optimization", "sub_group_size"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "stage3_prefetch_bucket_size"): 50000000,
+    schema.some("config_keys", "zero_optimization", "stage3_max_live_parameters"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "stage3_max_reuse_distance"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "contiguous_gradients"): True,
+    schema.some("config_keys", "zero_optimization", "reduce_scatter"): True,
+    schema.some("config_keys", "zero_optimization", "round_robin_gradients"): False,
     # deepspeed/runtime/config.py, DeepSpeedConfig._set_batch_related_parameters: a micro batch
     # size without train_batch_size or these makes them 1 (v0.14.5 lines 968-970, master lines
     # 978-980); with a train_batch_size it derives them from it instead, so they stay there.
@@ -165,6 +180,8 @@ def settings_section(plan, stage):
     if "gradient_clipping" not in s.config and all(op.op != "step" for op in s.ops):
         del config["gradient_clipping"]  # the replay's 0.0 matters to a step, and none runs here
     config["zero_optimization"] = dict(config["zero_optimization"], stage=stage)
+    if stage == 3 and config["zero_optimization"].get("overlap_comm") is True:
+        del config["zero_optimization"]["overlap_comm"]  # DeepSpeed's default at stage 3
     lines = ['if sys.argv[1:] not in ([], ["--plain"]):',
              '    print(f"usage: {sys.argv[0]} [--plain]", file=sys.stderr)',
              "    sys.exit(2)",

@@ -9,11 +9,13 @@ section (a placement policy, engine/placement.h) is validated and kept apart.
 
 from . import schema
 from .placement import Placement, read_placement
-from .strict_json import fail, key_path, read_enum, read_int, read_object
+from .strict_json import fail, key_path, read_bool, read_enum, read_int, read_object
 
-# The keys as the engine's table lists them: name, default, lo, hi, doc.
+# The keys as the engine's table lists them: name, default, lo, hi, doc; the flags: name,
+# default, doc.
 TOP_LEVEL_INT_KEYS = schema.CONFIG_TOP_KEYS
 ZERO_INT_KEYS = schema.CONFIG_ZERO_KEYS
+ZERO_FLAGS = schema.CONFIG_ZERO_FLAGS
 
 
 def _read_int_keys(value, path, keys, sections=()):
@@ -46,7 +48,13 @@ def read_config(value, path, world_size):
     config = _read_int_keys(value, path, TOP_LEVEL_INT_KEYS, schema.CONFIG_SECTIONS)
     zero = value.get("zero_optimization", {})
     zero_path = key_path(path, "zero_optimization")
-    config["zero_optimization"] = _read_int_keys(zero, zero_path, ZERO_INT_KEYS, ("offload_optimizer",))
+    flags = tuple(f.name for f in ZERO_FLAGS)
+    config["zero_optimization"] = _read_int_keys(zero, zero_path, ZERO_INT_KEYS,
+                                                 flags + ("offload_optimizer",))
+    for flag in ZERO_FLAGS:
+        config["zero_optimization"][flag.name] = (
+            read_bool(zero[flag.name], key_path(zero_path, flag.name)) if flag.name in zero
+            else flag.default)
     if isinstance(zero, dict) and "offload_optimizer" in zero:
         _read_no_offload(zero["offload_optimizer"], key_path(zero_path, "offload_optimizer"))
 

@@ -71,6 +71,10 @@ def _config_keys(rows):
 
 CONFIG_TOP_KEYS = _config_keys(RAW["config_keys"]["top"])
 CONFIG_ZERO_KEYS = _config_keys(RAW["config_keys"]["zero_optimization"])
+# DeepSpeed's boolean ZeRO knobs (engine/config.h ZERO3_ZERO_BOOL_KEYS): name, default, doc.
+ConfigFlag = namedtuple("ConfigFlag", "name default doc")
+CONFIG_ZERO_FLAGS = tuple(ConfigFlag(r["name"], r["default"], r["doc"])
+                          for r in RAW["config_keys"]["zero_optimization_flags"])
 CONFIG_SECTIONS = tuple(RAW["config_keys"]["sections"])
 OFFLOAD_DEVICES = tuple(RAW["config_keys"]["offload_optimizer_devices"])
 ZEROCHECK_SECTION_KEYS = tuple(RAW["config_keys"]["zerocheck"])
@@ -93,7 +97,8 @@ CATEGORIES = {
     "constructions": CONSTRUCTIONS,
     "invariants": INVARIANTS,
     "error_kinds": ERROR_KINDS,
-    "config_keys": tuple(k.name for k in CONFIG_TOP_KEYS + CONFIG_ZERO_KEYS) + CONFIG_SECTIONS,
+    "config_keys": (tuple(k.name for k in CONFIG_TOP_KEYS + CONFIG_ZERO_KEYS + CONFIG_ZERO_FLAGS)
+                    + CONFIG_SECTIONS),
     "limits": tuple(LIMITS),
 }
 
