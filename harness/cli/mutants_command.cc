@@ -112,7 +112,7 @@ int run_scoring(const MutantsArgs& args) {
 }
 
 int run_ablation(const MutantsArgs& args) {
-  const auto& columns = invariants();
+  const auto& columns = reference_invariants();  // an oracle to switch off for each
   const auto faults = selected_faults(args);
   nlohmann::json matrix = nlohmann::json::array();
   std::map<std::string, std::vector<std::string>> only_caught_by;  // oracle -> faults nobody else catches

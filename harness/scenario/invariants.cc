@@ -26,6 +26,21 @@ const std::vector<std::string>& invariants() {
   return all;
 }
 
+const std::vector<std::string>& reference_invariants() {
+  static const std::vector<std::string> all = [] {
+    const std::set<std::string> upstream_only = {
+#define ZEROCHECK_UPSTREAM_ONLY_NAME(name) #name,
+        ZEROCHECK_UPSTREAM_ONLY_INVARIANTS(ZEROCHECK_UPSTREAM_ONLY_NAME)
+#undef ZEROCHECK_UPSTREAM_ONLY_NAME
+    };
+    std::vector<std::string> names;
+    for (const auto& name : invariants())
+      if (upstream_only.count(name) == 0) names.push_back(name);
+    return names;
+  }();
+  return all;
+}
+
 std::set<std::string> parse_invariants(const std::string& list) {
   std::set<std::string> out;
   std::stringstream in(list);

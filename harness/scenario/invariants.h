@@ -1,4 +1,4 @@
-// The invariants a run checks, I1..I9: one table, part of the scenario language. The oracles
+// The invariants a run checks, I1..I10: one table, part of the scenario language. The oracles
 // implement them (harness/oracles), `--disable` names them, `zerocheck mutants` scores faults by
 // them, schema.json exports them to the Python replay, and a scenario's verdict cites them.
 //
@@ -31,7 +31,16 @@ namespace zerocheck {
   X(I8, "every forward, backward and gather moves exactly the elements the schedule predicts, "   \
         "for every collective kind; step and zero_grad move nothing")                                       \
   X(I9, "after every operation all ranks agree on the parameter list, shapes, partition sizes, "    \
-        "statuses, the step counters and the parameters they hold")
+        "statuses, the step counters and the parameters they hold")                                \
+  X(I10, "a scenario replayed with its inert ZeRO knobs drawn again (buckets, prefetch, live and "  \
+         "reuse limits, sub-groups, overlap) gives bit-identical losses, parameters, optimizer "    \
+         "state and step counters")
+
+// X(name): the invariants only the upstream replay judges so far. I10 is a second replay with the
+// knobs drawn again (harness/deepspeed/zerocheck_ds/oracles/inert_knobs.py); this engine's knobs
+// are inert by construction (engine/config.h) and it has no I10 oracle yet. `--disable` takes them
+// and changes nothing here; `mutants --ablate` has no column for them.
+#define ZEROCHECK_UPSTREAM_ONLY_INVARIANTS(X) X(I10)
 
 struct InvariantRow {
   const char* name;
@@ -40,6 +49,8 @@ struct InvariantRow {
 const std::vector<InvariantRow>& invariant_rows();
 // Every invariant's name, in table order (the interpreter's check order is its own).
 const std::vector<std::string>& invariants();
+// The invariants this engine's oracles judge: every one less ZEROCHECK_UPSTREAM_ONLY_INVARIANTS.
+const std::vector<std::string>& reference_invariants();
 // Returns the invariants named in `list` ("I3,I8"). Throws zero3::UsageError naming an unknown one.
 std::set<std::string> parse_invariants(const std::string& list);
 

@@ -16,7 +16,7 @@ LAYERS = (
     ("world", "the rank's world: torch.distributed start and stop, the checks' object exchange"),
     ("model", "what must hold: the module tree, the dense twin, partition rules, seeded values"),
     ("findings", "verdicts, signatures, root causes, the report, drafts, baseline, summary schema"),
-    ("oracles", "the checks: the engine's observed state, the attribute ledger, I1-I9's oracles"),
+    ("oracles", "the checks: the engine's observed state, the attribute ledger, I1-I10's oracles"),
     ("engines", "the engines under test: the adapters, DeepSpeed's, provenance of writes"),
     ("replay", "one scenario on one rank, op by op; a load resumed in another world"),
     ("repro", "shrink, minimise, standalone repro scripts, bisect"),

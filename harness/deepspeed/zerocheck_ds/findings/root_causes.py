@@ -67,7 +67,11 @@ def cause_title(finding, first_i3=None):
         # One wrong load shows in every field it restores (values, fp32 masters, moments): what
         # the wrong state is tells one bug from another, the field does not.
         return f"I6 {finding.get('op') or 'build'}: restores {actual['same_as']}{suffix}"
-    if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9
+    if invariant == "I10" and origin and origin.get("action") == "raised":
+        # One replay raised where the other did not: the code that raised is the cause.
+        return (f"I10 {finding.get('op') or 'build'}: errors, raised in {origin['file']} "
+                f"{origin['function']}(){suffix}")
+    if invariant in NEW_INVARIANTS:  # I4, I6 (a field, or a consolidated state dict), I9, I10
         key = f"{invariant} {finding.get('op') or 'build'}: {finding.get('attribute')}"
         return f"{key}{_writer_words(invariant, origin)}{suffix}"
     return finding.get("signature", "")

@@ -93,6 +93,10 @@ def _signature(finding):
         return f"I6 {op}: {attribute}: {how}{where}"
     if invariant == "I9":
         return f"I9 {op}: ranks disagree on {attribute}" + (f" ({exception})" if exception else "")
+    if invariant == "I10":
+        if attribute == "outcome":
+            return f"I10 {op}: the replay with the inert knobs drawn again ended in a {finding.get('actual')}"
+        return f"I10 {op}: {attribute} change when the inert knobs change"
     return f"{invariant} {op}: {exception or finding.get('message', '')}"
 
 

@@ -21,15 +21,20 @@ from ..findings.verdict import NEW_INVARIANTS, Tally
 from ..model.tree import build_tree
 from ..oracles import checkpoints as checkpoint_checks
 from ..oracles import numerics, oracles
+from ..oracles import inert_knobs
 from ..oracles.ledger import AttributeLedger
 from ..scenario import schema
 from . import attributes, checkpoints, checks, lifecycle, training
+from .trace import Trace
 from .state import ReplayResult, make_optimizer, trainable_parameters
 
 # The files of the operation families; each lists its operations in OPERATIONS.
 FAMILIES = (lifecycle, training, attributes, checkpoints)
 # The operations that write the user's attributes.
 _USER_WRITES = schema.some("ops", "set_attr", "del_attr")
+# The switchable invariants numerics.py does not check: checkpoints.py's and the suite's second
+# replay's.
+_NOT_NUMERIC = schema.some("invariants", "I6", "I10")
 
 
 def operation_functions(families=FAMILIES):
@@ -55,14 +60,16 @@ class Replay:
     scenario with that ZeRO stage instead of its own. `audit` (provenance.Audit, installed once per
     process) names the upstream code that wrote a clobbered attribute; without it only the code
     that raised is named. `checkpoint_dir` (the same empty folder on every rank, the scenario's
-    own) is where `save` writes; without it save and load are skipped.
+    own) is where `save` writes; without it save and load are skipped. `trace` records I10's
+    digests after every operation (trace.py); `knob_seed` draws the knobs that promise not to
+    change the numbers again (oracles/inert_knobs.py) before the first operation.
 
     The state the operations share is public; `index` is the running operation's (None at the
     build and the teardown)."""
 
     def __init__(self, scenario, adapter, rank=0, world_size=1, observer=None, exchange=None,
                  stage=None, disabled=(), audit=None, checkpoint_dir=None, reshard=False,
-                 universal=None):
+                 universal=None, trace=False, knob_seed=None):
         self.scenario = scenario
         self.adapter = adapter
         self.audit = audit
@@ -95,6 +102,8 @@ class Replay:
         self.saved = {}  # tag (None: the engine's default) -> the saved engine's target path
         self.latest_save = None  # the tag of the last save
         self._make_checks(exchange, disabled)
+        self.trace = Trace() if trace else None
+        self.knob_seed = knob_seed
         if world_size != scenario.world_size:
             checks.skip(self, "", "world size",
                         f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -107,7 +116,7 @@ class Replay:
         """With an exchange: the numeric checks (I3, I4, I9) and I6's, less those `disabled`."""
         scenario, self.tally = self.scenario, Tally()
         self.numerics = None
-        if exchange is not None and set(NEW_INVARIANTS) - set(disabled) - {"I6"}:
+        if exchange is not None and set(NEW_INVARIANTS) - set(disabled) - set(_NOT_NUMERIC):
             self.numerics = numerics.NumericChecks(
                 scenario, self.rank, self.world_size, exchange,
                 lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
@@ -123,13 +132,19 @@ class Replay:
         """Returns the findings and skipped operations of the whole scenario."""
         self.observer(None, "build")
         self._build()
+        if self.knob_seed is not None:
+            self._redraw_knobs()
         checks.check(self, "build")
+        self._record("build")
         for index, op in enumerate(self.scenario.ops):
             self.index = index
             self.observer(index, op.op)
             OPERATIONS[op.op](self, op)
             checks.check(self, op.op)
+            self._record(op.op)
         self.index = None
+        if self.trace is not None:
+            self.result.trace = self.trace.entries
         self.observer(None, "teardown")
         if self.live or self.accepted_repeats:
             lifecycle.release_all(self, "teardown")
@@ -168,6 +183,19 @@ class Replay:
                 self.checkpoints.adopt(tag, self.universal["state"])
             if self.numerics is not None:
                 self.numerics.adopt(tag, target, self.universal["twin"])
+
+    def _record(self, label):
+        if self.trace is not None:
+            self.trace.record(self, label)
+
+    def _redraw_knobs(self):
+        """I10's second replay: the knobs inert at this stage, world and version drawn again
+        (every rank draws the same: one seed, the same model)."""
+        zero = self.config["zero_optimization"]
+        knobs = inert_knobs.inert(zero["stage"], self.world_size, self.adapter.version())
+        numels = [int(getattr(p, "ds_numel", p.numel())) for p in self.root.parameters()]
+        changed = inert_knobs.redraw(zero, knobs, numels, self.world_size, self.knob_seed)
+        self.result.knobs = {name: list(pair) for name, pair in changed.items()}
 
     def _written(self):
         """{"modules"/"parameters": {"asked": names, "written": names}} of this scenario."""

@@ -31,6 +31,10 @@ class ReplayResult:
     # With --reshard, each load with a world_size this rank handed over (reshard.py):
     # [{"op_index", "world_size", "target", "folder"}], made by rank 0.
     reshard: list = field(default_factory=list)
+    # I10 (suite): what trace.Trace recorded after the build and every operation, and the knobs
+    # this replay drew again ({name: [old, new]}); empty unless the job asked.
+    trace: list = field(default_factory=list)
+    knobs: dict = field(default_factory=dict)
 
 
 # The optimizer class of each schema optimizer kind; SGD takes the schema's momentum (the C++

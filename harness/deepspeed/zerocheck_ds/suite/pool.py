@@ -186,11 +186,12 @@ class RankPool:
         except OSError:
             return ""
 
-    def run(self, name, path, timeout, disable=None, checkpoints=None, resume=None):
+    def run(self, name, path, timeout, disable=None, checkpoints=None, resume=None, extra=None):
         """Replays one scenario on every rank (with the invariants `disable` lists switched off
         instead of the worker's own --disable, its checkpoints in the folder `checkpoints`; or,
-        with `resume`, the second world of one of its loads: worker.py); returns its Outcome.
-        Starts the ranks if needed."""
+        with `resume`, the second world of one of its loads: worker.py; `extra`: more keys of
+        the job, I10's "trace" and "knob_seed"); returns its Outcome. Starts the ranks if
+        needed."""
         if not self.running:
             self.start()
         self.scenarios_on_these_ranks += 1
@@ -206,6 +207,7 @@ class RankPool:
                     job["checkpoints"] = checkpoints
                 if resume is not None:
                     job["resume"] = resume
+                job.update(extra or {})  # I10's "trace" and "knob_seed" (worker.py)
                 r.process.stdin.write((json.dumps(job) + "\n").encode())
                 r.process.stdin.flush()
             except BrokenPipeError:
@@ -218,7 +220,9 @@ class RankPool:
                                      "skipped": message["skipped"],
                                      "checks": message.get("checks", {}),
                                      "written": message.get("written", {}),
-                                     "reshard": message.get("reshard", [])}
+                                     "reshard": message.get("reshard", []),
+                                     "trace": message.get("trace", []),
+                                     "knobs": message.get("knobs", {})}
             if len(results) == self.world_size:
                 break
             dead = self._dead_rank()

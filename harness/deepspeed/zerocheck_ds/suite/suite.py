@@ -36,6 +36,7 @@ from ..findings import baseline as baseline_module, issue_drafts, report
 from ..findings.outcomes import (checks_of, outcome_findings, raising_steps, skipped_of, verdict,
                                  written_of)
 from ..findings.verdict import NEW_INVARIANTS, merge_tallies, write_json
+from ..oracles import inert_knobs
 from . import control, coverage
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
@@ -66,6 +67,12 @@ def parse_args(argv):
                    help="replay every scenario again with each of I3, I4, I6, I9 switched off in "
                         "turn: which scenarios only that invariant catches (summary.json "
                         "\"ablation\")")
+    p.add_argument("--inert-fraction", type=float, default=inert_knobs.DEFAULT_FRACTION,
+                   metavar="F", help="the fraction of scenarios replayed a second time with the "
+                   "knobs that promise not to change the numbers drawn again (I10; chosen per "
+                   "scenario, seeded by its name; default %(default)s)")
+    p.add_argument("--inert-seed", type=int, default=0, metavar="N",
+                   help="seeds which scenarios I10 chooses and their knobs' second draw")
     p.add_argument("--deepspeed-tree", metavar="DIR",
                    help="a DeepSpeed source tree to import (e.g. ../shared/deepspeed/v0.14.5); "
                         "default: the DeepSpeed installed for this Python")
@@ -109,6 +116,8 @@ def parse_args(argv):
         p.error("--world must be in 1..8")
     if args.batch < 1 or args.scenario_timeout <= 0 or args.shrink_seconds <= 0:
         p.error("--batch, --scenario-timeout and --shrink-seconds must be positive")
+    if not 0.0 <= args.inert_fraction <= 1.0:
+        p.error("--inert-fraction must be in [0, 1]")
     args.disabled = tuple(filter(None, args.disable.split(",")))
     for name in args.disabled:
         if name not in NEW_INVARIANTS:
@@ -144,21 +153,21 @@ class Supervisor:
                                                logs)
         return self._pools[world_size]
 
-    def replay(self, name, path, world_size, disable=None):
+    def replay(self, name, path, world_size, disable=None, extra=None):
         """Returns (Outcome, notes): a crash or hang on reused ranks is confirmed on fresh ones.
-        `disable` replaces --disable for this replay."""
+        `disable` replaces --disable for this replay; `extra` adds keys to the job (pool.run)."""
         pool = self.pool(world_size)
         if pool.running and pool.scenarios_on_these_ranks >= self._args.batch:
             pool.stop(grace=5)
         reused = pool.running
-        outcome = self._run(pool, name, path, disable)
+        outcome = self._run(pool, name, path, disable, extra)
         self.version = self.version or pool.version
         self.versions = self.versions or pool.versions
         notes = []
         if outcome.kind in ("crash", "hang") and reused:
             # The previous scenario may have left the ranks broken: judge this one alone.
             first = outcome
-            outcome = self._run(pool, name, path, disable)
+            outcome = self._run(pool, name, path, disable, extra)
             notes.append(f"on ranks reused from earlier scenarios it ended in a {first.kind}; "
                          f"rerun on fresh ranks: {outcome.kind}")
         if outcome.kind == "done" and len({tuple(s) for s in raising_steps(outcome)}) > 1:
@@ -166,7 +175,7 @@ class Supervisor:
             notes.append("the ranks raised at different steps; they were restarted")
         return outcome, notes
 
-    def _run(self, pool, name, path, disable):
+    def _run(self, pool, name, path, disable, extra=None):
         """One replay in a fresh checkpoint folder, measured (outcome.checkpoint_bytes) and
         removed afterwards unless --keep-checkpoints, whatever the ranks did (a crashed rank's
         half-written checkpoint included)."""
@@ -174,7 +183,8 @@ class Supervisor:
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         try:
-            outcome = pool.run(name, path, self._args.scenario_timeout, disable, folder)
+            outcome = pool.run(name, path, self._args.scenario_timeout, disable, folder,
+                               extra=extra)
             if outcome.kind == "done" and outcome.per_rank:
                 for request in outcome.per_rank[0].get("reshard", []):
                     self._resume(outcome, name, path, disable, request)
@@ -381,8 +391,9 @@ def _replay_all(supervisor, scenarios, run):
         f"timeout {args.scenario_timeout:g} s, logs in {os.path.join(args.out, 'logs')}")
     for i, scenario in enumerate(scenarios, 1):
         path = run.files[scenario.name]
+        inert = ([], {}, {})
         try:
-            outcome, notes = supervisor.replay(scenario.name, os.path.abspath(path), args.world)
+            outcome, notes, inert = _replay_judged(supervisor, scenario.name, path, args)
         except PoolStartError as e:
             if not run.verdicts:
                 print(f"{PROG}: error: the ranks could not start ({args.adapter} adapter, "
@@ -390,12 +401,16 @@ def _replay_all(supervisor, scenarios, run):
                 return EXIT_USAGE
             # They started before: a rank start that fails now is this scenario's crash.
             outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
-        findings = outcome_findings(outcome, args.scenario_timeout)
+        findings = outcome_findings(outcome, args.scenario_timeout) + inert[0]
+        checks = checks_of(outcome)
+        if "I10" not in args.disabled:
+            checks["I10"] = inert[1]
         result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes, stage=args.stage, checks=checks_of(outcome),
+                         skipped_of(outcome), notes, stage=args.stage, checks=checks,
                          written=written_of(outcome))
         result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
         result["reshards"] = getattr(outcome, "reshards", [])
+        result["inert_knobs"] = inert[2]  # I10's second draw: {knob: [old, new]}
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))
@@ -413,11 +428,78 @@ def _ablate(supervisor, name, path, args):
     for off in NEW_INVARIANTS:
         if off in args.disabled:
             continue
-        outcome, _ = supervisor.replay(f"{name}~without-{off}", os.path.abspath(path), args.world,
-                                       disable=sorted(set(args.disabled) | {off}))
-        caught = sorted({f["invariant"] for f in outcome_findings(outcome, args.scenario_timeout)})
+        outcome, _, inert = _replay_judged(supervisor, f"{name}~without-{off}", path, args,
+                                           disable=sorted(set(args.disabled) | {off}), chosen_as=name)
+        found = outcome_findings(outcome, args.scenario_timeout) + inert[0]
+        caught = sorted({f["invariant"] for f in found})
         row[off] = caught or "survives"
     return row
+
+
+def _traces(outcome):
+    return [r.get("trace", []) for r in outcome.per_rank]
+
+
+def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
+    """Returns (Outcome, notes, (I10 findings, I10 tally, the knobs drawn again)): the scenario's
+    replay and, when I10 is on and chooses it (inert_knobs.chosen, by `chosen_as` or `name`), a
+    second replay with the knobs that promise not to change the numbers drawn again, both traced
+    (replay/trace.py). A
+    difference is confirmed by a third replay with the first one's knobs: when that differs too,
+    the scenario is not deterministic and I10 is "not checked" with that reason."""
+    path = os.path.abspath(path)
+    disabled = set(args.disabled if disable is None else disable)
+    key = chosen_as or name
+    if "I10" in disabled:
+        outcome, notes = supervisor.replay(name, path, args.world, disable=disable)
+        return outcome, notes, ([], {}, {})
+    if not inert_knobs.chosen(key, args.inert_fraction, args.inert_seed):
+        outcome, notes = supervisor.replay(name, path, args.world, disable=disable)
+        return outcome, notes, ([], _tally(None, f"not drawn for a second replay (fraction "
+                                                 f"{args.inert_fraction:g})"), {})
+    traced = {"trace": True}
+    outcome, notes = supervisor.replay(name, path, args.world, disable=disable, extra=traced)
+    if outcome.kind != "done":
+        return outcome, notes, ([], _tally(None, f"the replay ended in a {outcome.kind}"), {})
+    seed = inert_knobs.knob_seed(key, args.inert_seed)
+    second, _ = supervisor.replay(f"{name}~inert-knobs", path, args.world, disable=disable,
+                                  extra=dict(traced, knob_seed=seed))
+    if second.kind != "done":
+        found = outcome_findings(second, args.scenario_timeout)
+        return outcome, notes, ([inert_knobs.ended(found[0], second.kind)], _tally(True), {})
+    knobs = second.per_rank[0].get("knobs", {})
+    changed = {k: tuple(v) for k, v in knobs.items()}
+    if not changed:
+        return outcome, notes, ([], _tally(None, "no knob is inert at this stage, world and "
+                                                 "version (inert_knobs.PROMISES)"), {})
+    where = inert_knobs.first_difference(_traces(outcome), _traces(second))
+    if where is None:
+        return outcome, notes, ([], _tally(True), knobs)
+    control, _ = supervisor.replay(f"{name}~same-knobs", path, args.world, disable=disable,
+                                   extra=traced)
+    if control.kind != "done":
+        return outcome, notes, ([], _tally(None, f"not deterministic: a replay with the same "
+                                                 f"knobs ended in a {control.kind}"), knobs)
+    again = inert_knobs.first_difference(_traces(outcome), _traces(control))
+    if again is not None:
+        return outcome, notes, ([], _tally(None, "not deterministic: a replay with the same knobs "
+                                                 "differs too, first at " + inert_knobs.describe_difference(
+                                                     _traces(outcome), again)), knobs)
+    first = _traces(outcome)
+    op_index = first[where[0]][where[1]].get("op_index") if where[1] < len(first[where[0]]) else None
+    raised, raised_first = ((), None), False
+    if where[2] == "errors":  # what one of the replays raised there, and where
+        raised = inert_knobs.raised_at([r["findings"] for r in second.per_rank], op_index)
+        if not raised[0]:
+            raised = inert_knobs.raised_at([r["findings"] for r in outcome.per_rank], op_index)
+            raised_first = True
+    return outcome, notes, ([inert_knobs.finding(first, _traces(second), changed, where, raised,
+                                                 raised_first)], _tally(True), knobs)
+
+
+def _tally(checked, reason=None):
+    """One scenario's I10 tally (findings/verdict.Tally's form)."""
+    return {"checked": 1 if checked else 0, "not_checked": {reason: 1} if reason else {}}
 
 
 def _start_failure(error):

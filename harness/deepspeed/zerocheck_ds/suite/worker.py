@@ -18,6 +18,9 @@ A job is {"name": NAME, "path": SCENARIO} and may carry "disable": [invariants],
 scenario's saves go (the supervisor makes it empty beforehand and removes it afterwards), or
 "resume": {"op_index", "world_size", "target", "folder"}: the second world of a load with a
 world_size (reshard.py), which `done` of the saving world listed under "reshard" (--reshard).
+With "trace": true, `done` carries I10's "trace" (replay/trace.py); with "knob_seed": S, the
+knobs that promise not to change the numbers are drawn again with seed S first and `done`'s
+"knobs" lists what changed (oracles/inert_knobs.py).
 
 A rank of a suite run with --coverage starts traced (coverage_trace.py, through the environment):
 after each scenario, before `done`, it saves the lines of the engine's code it executed so far.
@@ -161,7 +164,8 @@ def main(argv):
                                 observer=_observer(replies, name, planted), exchange=exchange,
                                 stage=args.stage, disabled=job.get("disable", disabled),
                                 audit=audit, checkpoint_dir=job.get("checkpoints"),
-                                reshard=args.reshard).run()
+                                reshard=args.reshard, trace=job.get("trace", False),
+                                knob_seed=job.get("knob_seed")).run()
         except Exception as e:  # noqa: BLE001 - the replay's own failure is a finding too
             result = ReplayResult(findings=[Finding(
                 invariant="op", op_index=None, op="replay", exception=traceback.format_exc(),
@@ -169,7 +173,7 @@ def main(argv):
         coverage_trace.save()  # before `done`: the supervisor may merge or kill right after
         replies.send(done=name, findings=[vars(f) for f in result.findings],
                      skipped=result.skipped, checks=result.checks, written=result.written,
-                     reshard=result.reshard)
+                     reshard=result.reshard, trace=result.trace, knobs=result.knobs)
         sys.stdout.flush()
         sys.stderr.flush()
     world_module.stop(world)
