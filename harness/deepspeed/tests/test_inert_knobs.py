@@ -127,6 +127,23 @@ class TraceDigests(unittest.TestCase):
 
 
 
+class ParameterSizes(unittest.TestCase):
+    def test_a_users_ds_numel_is_not_a_size(self):
+        # The collision dictionary puts DeepSpeed's names on the user's parameters: a user's
+        # `ds_numel = ""` stopped the second replay before its first operation.
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        from zerocheck_ds.replay.replay import _numel
+        p = torch.nn.Parameter(torch.zeros(3, 4))
+        p.ds_numel = ""
+        self.assertEqual(_numel(p), 12)
+        empty = torch.nn.Parameter(torch.zeros(0))
+        empty.ds_numel = 12  # as zero.Init leaves a partitioned parameter
+        self.assertEqual(_numel(empty), 12)
+
+
 class FakeSupervisor:
     """Replays answered from a script: the traces of the first, second (knobs drawn again) and
     third (same knobs) replay, by the job's name suffix."""

@@ -37,6 +37,13 @@ _USER_WRITES = schema.some("ops", "set_attr", "del_attr")
 _NOT_NUMERIC = schema.some("invariants", "I6", "I10")
 
 
+def _numel(parameter):
+    """A parameter's elements: whole as built, or (zero.Init partitioned it) DeepSpeed's count,
+    when that is a count and not a user's attribute of the same name."""
+    count = getattr(parameter, "ds_numel", None)
+    return count if parameter.numel() == 0 and type(count) is int else parameter.numel()
+
+
 def operation_functions(families=FAMILIES):
     """Returns {operation name: its function} over the families' OPERATIONS.
 
@@ -193,7 +200,7 @@ class Replay:
         (every rank draws the same: one seed, the same model)."""
         zero = self.config["zero_optimization"]
         knobs = inert_knobs.inert(zero["stage"], self.world_size, self.adapter.version())
-        numels = [int(getattr(p, "ds_numel", p.numel())) for p in self.root.parameters()]
+        numels = [_numel(p) for p in self.root.parameters()]
         changed = inert_knobs.redraw(zero, knobs, numels, self.world_size, self.knob_seed)
         self.result.knobs = {name: list(pair) for name, pair in changed.items()}
 

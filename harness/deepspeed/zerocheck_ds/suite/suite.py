@@ -470,8 +470,10 @@ def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
     knobs = second.per_rank[0].get("knobs", {})
     changed = {k: tuple(v) for k, v in knobs.items()}
     if not changed:
-        return outcome, notes, ([], _tally(None, "no knob is inert at this stage, world and "
-                                                 "version (inert_knobs.PROMISES)"), {})
+        return outcome, notes, ([], _tally(None, "the second replay drew no knob: none is inert "
+                                                 "at this stage, world and version "
+                                                 "(inert_knobs.PROMISES), or it stopped before "
+                                                 "the first operation"), {})
     where = inert_knobs.first_difference(_traces(outcome), _traces(second))
     if where is None:
         return outcome, notes, ([], _tally(True), knobs)
