@@ -36,6 +36,10 @@ class Table(unittest.TestCase):
         self.assertIn("sub_group_size", inert_knobs.inert(3, 2, "0.14.5"))
         self.assertIn("sub_group_size", inert_knobs.inert(3, 2, "0.19.6"))
 
+    def test_sub_groups_are_not_inert_with_clipping(self):
+        self.assertNotIn("sub_group_size", inert_knobs.inert(3, 2, "0.14.5", clipping=1.0))
+        self.assertIn("overlap_comm", inert_knobs.inert(3, 2, "0.14.5", clipping=1.0))
+
     def test_stages_one_and_two_are_not_judged_yet(self):
         self.assertEqual(inert_knobs.inert(2, 2, "0.14.5"), ())
 
@@ -198,6 +202,14 @@ class SecondReplay(unittest.TestCase):
         self.assertEqual(findings, [])
         self.assertEqual(list(tally["not_checked"]), [
             "not deterministic: a replay with the same knobs differs too, first at op 0 (step): loss"])
+
+    def test_a_state_one_replay_cannot_read_is_not_judged(self):
+        first = [[entry(None, "build"), entry(0, "step", parameters="x", unreadable="RuntimeError: narrow")]]
+        second = [[entry(None, "build"), entry(0, "step")]]
+        findings, tally, _ = self.judge(FakeSupervisor(first, second))
+        self.assertEqual(findings, [])
+        self.assertEqual(list(tally["not_checked"]),
+                         ["the engine's state could not be read: RuntimeError: narrow"])
 
     def test_a_scenario_not_chosen_or_i10_off_is_replayed_once(self):
         trace = [[entry(None, "build")]]

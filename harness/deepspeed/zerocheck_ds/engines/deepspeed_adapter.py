@@ -298,7 +298,9 @@ class DeepSpeedAdapter(Adapter):
                     name, size = names.get(id(p), f"?{id(p)}"), p.ds_tensor.numel()
                     state[(name, "master")] = (flat.detach().narrow(0, offset, size), p.ds_numel)
                     for field_name, value in fields.items():
-                        if value.numel() == flat.numel():
+                        # Adam's step is one 0-dim tensor per sub-group: one element, as a
+                        # one-element partition (sub_group_size 1) has, but no elementwise field.
+                        if value.dim() > 0 and value.numel() == flat.numel():
                             state[(name, field_name)] = (value.narrow(0, offset, size), p.ds_numel)
                         else:  # Adam's step: one per sub-group, the same on every rank
                             state[(name, field_name)] = (value.reshape(-1), None)
@@ -315,7 +317,8 @@ class DeepSpeedAdapter(Adapter):
             group = f"flat group {i}"
             state[(group, "master")] = (flat.detach().reshape(-1), flat.numel() * world)
             for field_name, value in _state_fields(inner, flat).items():
-                whole = value.numel() * world if value.numel() == flat.numel() else None
+                whole = (value.numel() * world if value.dim() > 0 and value.numel() == flat.numel()
+                         else None)
                 state[(group, field_name)] = (value.reshape(-1), whole)
         return state
 

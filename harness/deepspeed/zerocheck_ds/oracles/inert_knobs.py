@@ -29,8 +29,10 @@ INVARIANT = schema.some("invariants", "I10")[0]
 FIELDS = ("errors", "loss", "parameters", "optimizer", "steps")
 
 # A knob's promise: the stages and world sizes where it holds, the versions (a prefix of
-# DeepSpeed's version string; "" every version) and the code that makes it.
-Promise = namedtuple("Promise", "stages max_world versions code")
+# DeepSpeed's version string; "" every version), the code that makes it, and whether it holds only
+# without gradient clipping.
+Promise = namedtuple("Promise", "stages max_world versions code without_clipping",
+                     defaults=(False,))
 
 _ALL = ("",)
 _REDUCE_ORDER = ("each element is reduced as the sum over ranks of g_r / W whatever bucket or "
@@ -66,7 +68,7 @@ PROMISES = schema.some("config_keys", {
         "order follows the sub-groups, scales the gradients only when gradient_clipping > 0 "
         "(2112). The replay gives gradient_clipping 0.0 on every version "
         "(engines/deepspeed_adapter.py deepspeed_config; master's default is 1.0, "
-        "runtime/constants.py:261): with clipping this knob would not be inert"),
+        "runtime/constants.py:261): with clipping this knob is not inert", without_clipping=True),
     "allgather_bucket_size": Promise((3,), 8, _ALL,
         "runtime/engine.py:1617-1640 builds the stage-3 optimizer without it (stages 1-2 only, "
         "engine.py:1513, 1562)"),
@@ -82,11 +84,13 @@ assert set(PROMISES) == {k.name for k in schema.CONFIG_ZERO_KEYS + schema.CONFIG
 DEFAULT_FRACTION = 0.25
 
 
-def inert(stage, world_size, version):
-    """Returns the knobs inert for a replay at `stage` and `world_size` on DeepSpeed `version`."""
+def inert(stage, world_size, version, clipping=0.0):
+    """Returns the knobs inert for a replay at `stage` and `world_size` on DeepSpeed `version`,
+    the config's gradient_clipping `clipping` (0: none)."""
     return tuple(name for name, p in PROMISES.items()
                  if stage in p.stages and world_size <= p.max_world
-                 and any(str(version).startswith(v) for v in p.versions))
+                 and any(str(version).startswith(v) for v in p.versions)
+                 and not (p.without_clipping and clipping))
 
 
 def chosen(name, fraction, seed=0):
@@ -171,6 +175,18 @@ def first_difference(first, second):
             return rank, min(len(mine), len(theirs)), "operations"
     if len(first) != len(second):
         return min(len(first), len(second)), 0, "ranks"
+    return None
+
+
+def unreadable(first, second, where):
+    """Why one replay's state could not be read at the difference `where` (trace entries'
+    "unreadable"), or None: a state the adapter cannot read is no promise broken."""
+    rank, index, name = where
+    if name not in ("parameters", "optimizer", "steps"):
+        return None
+    for traces in (first, second):
+        if rank < len(traces) and index < len(traces[rank]) and traces[rank][index].get("unreadable"):
+            return traces[rank][index]["unreadable"]
     return None
 
 

@@ -199,7 +199,9 @@ class Replay:
         """I10's second replay: the knobs inert at this stage, world and version drawn again
         (every rank draws the same: one seed, the same model)."""
         zero = self.config["zero_optimization"]
-        knobs = inert_knobs.inert(zero["stage"], self.world_size, self.adapter.version())
+        # The clipping DeepSpeed gets: the scenario's, else the 0.0 the adapter pins (none).
+        clipping = self.config.get("gradient_clipping", 0.0)
+        knobs = inert_knobs.inert(zero["stage"], self.world_size, self.adapter.version(), clipping)
         numels = [_numel(p) for p in self.root.parameters()]
         changed = inert_knobs.redraw(zero, knobs, numels, self.world_size, self.knob_seed)
         self.result.knobs = {name: list(pair) for name, pair in changed.items()}

@@ -76,6 +76,7 @@ class Trace:
                 state = replay.adapter.checkpoint_state(engine)
             except Exception as e:  # noqa: BLE001 - unreadable state is recorded, never raised
                 parameters.append(((i, "unavailable"), type(e).__name__))
+                entry["unreadable"] = f"{type(e).__name__}: {e}"  # I10 does not judge it
                 continue
             for (name, field), (tensor, whole) in sorted(state.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
                 into = (parameters if field in _PARAMETER_FIELDS

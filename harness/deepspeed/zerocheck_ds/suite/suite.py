@@ -477,6 +477,10 @@ def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
     where = inert_knobs.first_difference(_traces(outcome), _traces(second))
     if where is None:
         return outcome, notes, ([], _tally(True), knobs)
+    unreadable = inert_knobs.unreadable(_traces(outcome), _traces(second), where)
+    if unreadable:
+        return outcome, notes, ([], _tally(None, f"the engine's state could not be read: "
+                                                 f"{unreadable}"), knobs)
     control, _ = supervisor.replay(f"{name}~same-knobs", path, args.world, disable=disable,
                                    extra=traced)
     if control.kind != "done":
