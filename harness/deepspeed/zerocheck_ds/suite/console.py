@@ -1,0 +1,123 @@
+"""The command line: `zerocheck-ds` (pyproject.toml's console script) and `python3 -m zerocheck_ds`.
+
+`zerocheck-ds --version` prints the package's version and the scenario schema's format. The
+subcommands are __main__.py's: `suite` (suite.py), `worker`, `bisect`, `bisect-step`, and
+without one the in-process runner. `suite` takes, beside `--scenarios`, `--corpus NAME|DIR` (the
+shipped corpus, `builtin`: zerocheck_ds/corpus/builtin, corpus.json says what it holds) and
+`--only NAME[,NAME...]` (only the scenarios with those names, fnmatch patterns allowed).
+"""
+
+import fnmatch
+import os
+import sys
+
+VERSION = "0.1.0"  # pyproject.toml reads it from here
+CORPUS_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpus")
+CORPORA = ("builtin",)
+
+
+def schema_format():
+    """The scenario format a writer writes (scenario/schema.json, the C++ tables) and what a reader
+    reads."""
+    from ..scenario import schema
+    return f"{schema.FORMAT}; reads {', '.join(schema.READ_FORMATS)}"
+
+
+def version_text():
+    return f"zerocheck-ds {VERSION} (scenario schema format {schema_format()})"
+
+
+def corpus_folder(name):
+    """The folder of a shipped corpus (`builtin`), or `name` itself when it is a folder."""
+    if name in CORPORA:
+        return os.path.join(CORPUS_ROOT, name)
+    if os.path.isdir(name):
+        return name
+    raise SystemExit(f"zerocheck-ds: --corpus {name}: neither a shipped corpus "
+                     f"({', '.join(CORPORA)}) nor a folder")
+
+
+def corpus_files(name, only=None):
+    """The corpus's scenario files (every *.json below its folder but its own manifests), sorted
+    by scenario name; `only`: names or fnmatch patterns, of which each must match one."""
+    folder = corpus_folder(name)
+    found = {}
+    for here, subfolders, names in os.walk(folder):
+        subfolders.sort()
+        for file in sorted(names):
+            if file.endswith(".json") and here != folder:  # manifests lie at the top
+                found.setdefault(file[:-5], os.path.join(here, file))
+    if only:
+        patterns = [p for p in only if p]
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in found):
+                raise SystemExit(f"zerocheck-ds: --only {pattern}: no scenario of {name} "
+                                 f"has that name")
+        found = {n: p for n, p in found.items()
+                 if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+    return [found[n] for n in sorted(found)]
+
+
+def known_upstream_path():
+    """KNOWN_UPSTREAM.md: the checkout's (findings/root_causes.py's path), else the copy the
+    package ships (corpus/KNOWN_UPSTREAM.md, a link to the checkout's when built)."""
+    from ..findings.root_causes import KNOWN_UPSTREAM
+    if os.path.exists(KNOWN_UPSTREAM):
+        return KNOWN_UPSTREAM
+    return os.path.join(CORPUS_ROOT, "KNOWN_UPSTREAM.md")
+
+
+def suite_argv(argv):
+    """`suite` arguments with --corpus/--only replaced by the --scenarios they stand for."""
+    rest, corpus, only = [], None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--corpus", "--only") and i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+        elif arg.startswith(("--corpus=", "--only=")):
+            value, i = arg.split("=", 1)[1], i + 1
+            arg = arg.split("=", 1)[0]
+        else:
+            rest.append(arg)
+            i += 1
+            continue
+        if arg == "--corpus":
+            corpus = value
+        else:
+            only += value.split(",")
+    if corpus is None:
+        if only:
+            raise SystemExit("zerocheck-ds suite: --only needs --corpus")
+        return rest
+    if "--scenarios" in rest:
+        raise SystemExit("zerocheck-ds suite: --corpus or --scenarios, not both")
+    return ["--scenarios", *corpus_files(corpus, only), *rest]
+
+
+def run(argv):
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_text())
+        return 0
+    if argv[:1] == ["suite"]:
+        from .suite import main
+        rest = argv[1:]
+        if "-h" not in rest and "--help" not in rest:
+            rest = suite_argv(rest)
+        return main(rest)
+    if argv[:1] == ["bisect"]:
+        from ..repro.bisect import main
+        return main(argv[1:])
+    if argv[:1] == ["bisect-step"]:
+        from ..repro.bisect import step_main
+        return step_main(argv[1:])
+    if argv[:1] == ["worker"]:
+        from .worker import main
+        return main(argv[1:])
+    from .runner import main
+    return main(argv)
+
+
+def main():
+    """The console script's entry: `zerocheck-ds ARGS`."""
+    sys.exit(run(sys.argv[1:]))
