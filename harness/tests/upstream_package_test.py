@@ -10,7 +10,8 @@ from an empty folder, with no PYTHONPATH, runs a few scenarios of the shipped co
 (`--corpus builtin --only ...`) on DEEPSPEED_TREE at world 2 twice: `zerocheck-ds suite` and
 `pytest --zerocheck-corpus builtin`. Both must give the verdicts the checkout's suite gives
 (`python3 -m zerocheck_ds suite` with PYTHONPATH=harness/deepspeed): the same outcome and root
-causes per scenario; in pytest's form PASSED (or XPASS) for ok, XFAIL for a scenario whose root
+causes per scenario, leaving out the root causes KNOWN_UPSTREAM.md calls nondeterministic (the Gloo
+all_gather race, which at world 2 on v0.14.5 may show in any run that gathers); in pytest's form PASSED (or XPASS) for ok, XFAIL for a scenario whose root
 causes are all KNOWN_UPSTREAM.md rows, FAILED otherwise. Exit 77 (skipped) without the tree.
 """
 
@@ -51,11 +52,26 @@ def step(what, command, cwd, env, expect=(0, 1), timeout=600):
     return done, seconds
 
 
-def verdicts(out):
+def nondeterministic():
+    """The root causes KNOWN_UPSTREAM.md calls nondeterministic (the Gloo all_gather race's rows:
+    on v0.14.5 at world 2 any scenario that gathers may show them in one run and not the next)."""
+    with open(os.path.join(PACKAGE, "KNOWN_UPSTREAM.md"), encoding="utf-8") as f:
+        return {line.split("`")[1] for line in f
+                if line.startswith("| `") and "nondeterministic" in line}
+
+
+def verdicts(out, flaky):
+    """{scenario: (outcome, root causes)}, the nondeterministic root causes left out (a scenario
+    with only those is `ok`)."""
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
-    return {s["name"]: (s["outcome"], tuple(sorted(s.get("root_causes") or [])))
-            for s in summary["scenarios"]}
+    found = {}
+    for s in summary["scenarios"]:
+        causes = tuple(sorted(c for c in s.get("root_causes") or [] if c not in flaky))
+        outcome = "ok" if s["outcome"] == "findings" and s.get("root_causes") and not causes \
+            else s["outcome"]
+        found[s["name"]] = (outcome, causes)
+    return found
 
 
 def known_titles():
@@ -65,8 +81,8 @@ def known_titles():
 
 
 def pytest_form(outcome, causes, known):
-    if outcome == "ok":
-        return {"PASSED", "XPASS"}
+    if outcome == "ok":  # XFAIL too: a run that met the race alone is xfail
+        return {"PASSED", "XPASS", "XFAIL"}
     if outcome == "findings" and causes and all(c in known for c in causes):
         return {"XFAIL"}
     return {"FAILED"}
@@ -89,7 +105,8 @@ def main():
     step("the checkout's suite", [python, "-m", "zerocheck_ds", "suite", "--corpus", "builtin",
                                   "--only", ONLY, "--world", "2", "--deepspeed-tree", tree,
                                   "--out", reference_out], PACKAGE, checkout_env)
-    reference = verdicts(reference_out)
+    flaky = nondeterministic()
+    reference = verdicts(reference_out, flaky)
 
     # A fresh venv and an offline install from a copy of harness/deepspeed.
     source = os.path.join(work, "source")
@@ -119,7 +136,11 @@ def main():
     _, cli_seconds = step("zerocheck-ds suite", [
         "zerocheck-ds", "suite", "--corpus", "builtin", "--only", ONLY, "--world", "2",
         "--deepspeed-tree", tree, "--out", installed_out], clean, env)
-    installed = verdicts(installed_out)
+    installed = verdicts(installed_out, flaky)
+    with open(os.path.join(installed_out, "summary.json"), encoding="utf-8") as f:
+        untriaged = [c["title"] for c in json.load(f)["root_causes"] if not c.get("triage")]
+    if untriaged:
+        fail(f"installed, the suite did not find KNOWN_UPSTREAM.md: untriaged {untriaged}")
     if installed != reference:
         fail(f"the installed suite's verdicts differ from the checkout's:\n  installed "
              f"{installed}\n  checkout  {reference}")

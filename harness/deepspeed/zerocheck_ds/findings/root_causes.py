@@ -42,8 +42,12 @@ import re
 from .signatures import slug
 from .verdict import NEW_INVARIANTS
 
-KNOWN_UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                              "KNOWN_UPSTREAM.md")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # zerocheck_ds
+# The checkout's table (harness/deepspeed/KNOWN_UPSTREAM.md); installed (pip install
+# ./harness/deepspeed) there is none beside the package, which carries a copy of it.
+KNOWN_UPSTREAM = os.path.join(os.path.dirname(_PACKAGE), "KNOWN_UPSTREAM.md")
+if not os.path.exists(KNOWN_UPSTREAM):
+    KNOWN_UPSTREAM = os.path.join(_PACKAGE, "corpus", "KNOWN_UPSTREAM.md")
 _ISSUE_LINK = re.compile(r"\[#(\d+)\]\((https://github\.com/[^)\s]+)\)")
 
 

@@ -59,12 +59,10 @@ def corpus_files(name, only=None):
 
 
 def known_upstream_path():
-    """KNOWN_UPSTREAM.md: the checkout's (findings/root_causes.py's path), else the copy the
-    package ships (corpus/KNOWN_UPSTREAM.md, a link to the checkout's when built)."""
+    """KNOWN_UPSTREAM.md: the checkout's, or installed the copy the package ships
+    (findings/root_causes.py)."""
     from ..findings.root_causes import KNOWN_UPSTREAM
-    if os.path.exists(KNOWN_UPSTREAM):
-        return KNOWN_UPSTREAM
-    return os.path.join(CORPUS_ROOT, "KNOWN_UPSTREAM.md")
+    return KNOWN_UPSTREAM
 
 
 def suite_argv(argv):
