@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,63 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(reduce_scatter, true, "reduce gradients by reduce-scatter, else all-reduce (validated; inert here: reduce-scatter)") \
   X(round_robin_gradients, false, "stages 1-2: round-robin gradient partition copies (validated; inert here)")
 
+// X(member, section, key, Kind, lo, hi, default on v0.14.5, default on master, description):
+// DeepSpeed's precision keys by DeepSpeed's names; section "" is the top level. Kind is Bool, Int,
+// Number or Dtype (precision_dtypes()); lo and hi bound an Int or a Number. The defaults are JSON
+// text per DeepSpeed version replayed, "null" where DeepSpeed derives the value or ignores the
+// key (docs/deepspeed-precision.md section 1 cites each line). A config keeps only the keys
+// written: an absent key means the replayed version's default (they differ: gradient_clipping).
+// This engine computes in fp32: validate() refuses bf16.enabled or fp16.enabled true until its
+// mixed precision lands (issue 40); the other keys are validated and inert in fp32.
+#define ZERO3_PRECISION_KEYS(X)                                                                  \
+  X(bf16_enabled, "bf16", "enabled", Bool, 0, 0, "false", "false",                             \
+    "bf16 parameters, gradients and communication over an fp32 master partition")              \
+  X(bf16_check_grad_overflow, "bf16", "check_grad_overflow", Bool, 0, 0, "null", "true",       \
+    "master: skip a step with non-finite gradients, ZeRO-1/2 only (ZeRO-3 never reads it); v0.14.5 ignores the key") \
+  X(fp16_enabled, "fp16", "enabled", Bool, 0, 0, "false", "false",                             \
+    "fp16 parameters and gradients with a loss scaler over an fp32 master partition")          \
+  X(fp16_loss_scale, "fp16", "loss_scale", Number, 0, std::numeric_limits<double>::max(), "0", "0", \
+    "0: dynamic loss scaling; > 0: that fixed scale (bf16 and fp32 always scale by 1)")        \
+  X(fp16_initial_scale_power, "fp16", "initial_scale_power", Int, 0, 127, "16", "16",          \
+    "the dynamic scale starts at 2^this (v0.14.5: only when one of the five dynamic keys is written, else 2^32)") \
+  X(fp16_loss_scale_window, "fp16", "loss_scale_window", Int, 1, kConfigIntMax, "1000", "1000", \
+    "clean steps before the dynamic scale doubles (master: one more)")                          \
+  X(fp16_hysteresis, "fp16", "hysteresis", Int, 1, kConfigIntMax, "2", "2",                     \
+    "overflows before the scale halves (v0.14.5: 1 unless a dynamic key is written)")          \
+  X(fp16_consecutive_hysteresis, "fp16", "consecutive_hysteresis", Bool, 0, 0, "false", "false", \
+    "any clean step refills the hysteresis")                                                   \
+  X(fp16_min_loss_scale, "fp16", "min_loss_scale", Int, 1, kConfigIntMax, "1", "1",             \
+    "the dynamic scale never halves below this; an overflow at it raises")                     \
+  X(grad_accum_dtype, "data_types", "grad_accum_dtype", Dtype, 0, 0, "null", "null",           \
+    "dtype gradients accumulate in; absent: the parameters' dtype under ZeRO")                 \
+  X(communication_data_type, "", "communication_data_type", Dtype, 0, 0, "null", "null",       \
+    "dtype of the gradient reduce-scatter; absent: fp16 with fp16, bf16 with bf16, else fp32")  \
+  X(gradient_clipping, "", "gradient_clipping", Number, 0, std::numeric_limits<double>::max(), "0.0", "1.0", \
+    "clip the global gradient norm to this; 0 turns clipping off")
+
+// The dtype names of data_types.grad_accum_dtype and communication_data_type (DeepSpeed's DtypeEnum).
+inline const std::vector<std::string>& precision_dtypes() {
+  static const std::vector<std::string> all = {"fp32", "fp16", "bf16"};
+  return all;
+}
+
+// The sections of the precision keys, in the table's order ("" is the top level).
+inline const std::vector<std::string>& precision_sections() {
+  static const std::vector<std::string> all = {"bf16", "fp16", "data_types"};
+  return all;
+}
+
+// The precision keys written in a config; std::nullopt is "absent: the version's default".
+struct PrecisionConfig {
+  using Bool = std::optional<bool>;
+  using Int = std::optional<int64_t>;
+  using Number = std::optional<double>;
+  using Dtype = std::optional<std::string>;
+#define ZERO3_DECLARE_PRECISION(member, section, key, kind, lo, hi, v0145, master, doc) kind member;
+  ZERO3_PRECISION_KEYS(ZERO3_DECLARE_PRECISION)
+#undef ZERO3_DECLARE_PRECISION
+};
+
 // DeepSpeed's names for where zero_optimization.offload_optimizer.device puts the optimizer's
 // state. The reader takes each (a DeepSpeed config reads); the engine offloads nothing, so
 // initialize refuses all but "none", once it has built its state over the model (a refusal
@@ -85,6 +143,7 @@ struct Config {
   ZERO3_TOP_LEVEL_INT_KEYS(ZERO3_DECLARE_MEMBER)
 #undef ZERO3_DECLARE_MEMBER
   ZeroOptimizationConfig zero_optimization;
+  PrecisionConfig precision;  // "bf16", "fp16", "data_types" and two top-level keys
   // zerocheck's own section, kept apart from DeepSpeed's keys:
   //   "zerocheck": {"placement": {"kind": "attr_mod", "attr": "id"}}
   PlacementSpec placement;

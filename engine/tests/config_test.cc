@@ -144,11 +144,46 @@ TEST(Config, ReadsAnOffloadDeviceAndRefusesAllButNoneAtValidation) {
             "$.zero_optimization.offload_optimizer.pin_memory: unknown key (expected one of: device)");
 }
 
+// DeepSpeed's precision keys read as DeepSpeed names them; an absent key stays absent (the
+// replayed version's default, which differs per version), a written one round-trips, and the
+// engine, fp32 only until its bf16 lands, refuses 16-bit parameters by the key at validation.
+TEST(Config, PrecisionKeysKeepWhatIsWrittenAndTheEngineRefuses16BitByTheKey) {
+  Config plain = Config::parse(R"({})");
+  EXPECT_FALSE(plain.precision.gradient_clipping.has_value());
+  EXPECT_FALSE(plain.to_json().contains("gradient_clipping"));
+  EXPECT_FALSE(plain.to_json().contains("bf16"));
+  Config c = Config::parse(R"({"bf16": {"enabled": true, "check_grad_overflow": false},
+      "fp16": {"loss_scale": 0, "initial_scale_power": 4, "loss_scale_window": 2, "hysteresis": 1,
+               "min_loss_scale": 1, "consecutive_hysteresis": true},
+      "data_types": {"grad_accum_dtype": "fp32"}, "communication_data_type": "bf16",
+      "gradient_clipping": 0.5})");
+  EXPECT_EQ(c.precision.bf16_enabled, true);
+  EXPECT_EQ(c.precision.fp16_initial_scale_power, 4);
+  EXPECT_EQ(c.precision.grad_accum_dtype, "fp32");
+  EXPECT_EQ(c.precision.gradient_clipping, 0.5);
+  EXPECT_EQ(Config::from_json(c.to_json()).to_json(), c.to_json());
+  EXPECT_EQ(c.to_json()["bf16"]["check_grad_overflow"], false);
+  try {
+    c.validate(2);
+    ADD_FAILURE() << "bf16 passed validation";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("$.bf16.enabled: true: ", 0), 0u) << e.what();
+  }
+  EXPECT_THROW(Config::parse(R"({"fp16": {"enabled": true}})").validate(1), ConfigError);
+  EXPECT_NO_THROW(Config::parse(R"({"bf16": {"enabled": false}, "gradient_clipping": 1.0})").validate(1));
+  EXPECT_EQ(error_of(R"({"gradient_clipping": -1})"), "$.gradient_clipping: value -1.0 is out of range [0.0, 1.7976931348623157e+308]");
+  EXPECT_EQ(error_of(R"({"communication_data_type": "fp8"})"),
+            "$.communication_data_type: unknown value \"fp8\" (expected one of: fp32, fp16, bf16)");
+  EXPECT_EQ(error_of(R"({"fp16": {"hysteresis": 0}})"), "$.fp16.hysteresis: value 0 is out of range [1, 2147483647]");
+  EXPECT_EQ(error_of(R"({"bf16": {"enable": true}})").rfind("$.bf16.enable: unknown key", 0), 0u);
+}
+
 TEST(Config, DescribesEveryKey) {
   const std::string text = Config::describe_keys();
   for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                           "zero_optimization.stage3_param_persistence_threshold",
-                          "zero_optimization.offload_optimizer.device"})
+                          "zero_optimization.offload_optimizer.device", "bf16.enabled",
+                          "fp16.loss_scale_window", "data_types.grad_accum_dtype", "gradient_clipping"})
     EXPECT_NE(text.find(key), std::string::npos) << key;
 }
 

@@ -31,7 +31,24 @@ json config_keys() {
 #define ZEROCHECK_FLAG_ROW(name, def, doc) flags.push_back({{"name", #name}, {"default", def}, {"doc", doc}});
   ZERO3_ZERO_BOOL_KEYS(ZEROCHECK_FLAG_ROW)
 #undef ZEROCHECK_FLAG_ROW
+  // DeepSpeed's precision keys: the defaults per DeepSpeed version replayed, parsed from the
+  // table's JSON text (null: DeepSpeed derives the value or ignores the key).
+  json precision = json::array();
+  const auto kind_name = [](std::string_view kind) {
+    return kind == "Bool" ? "bool" : kind == "Int" ? "int" : kind == "Number" ? "number" : "dtype";
+  };
+#define ZEROCHECK_PRECISION_ROW(member, section, key, kind, lo, hi, v0145, master, doc)            \
+  precision.push_back({{"section", section}, {"name", key}, {"type", kind_name(#kind)},            \
+                       {"min", kind_name(#kind) == std::string_view("int") ? json(static_cast<int64_t>(lo)) : json(lo)}, \
+                       {"max", kind_name(#kind) == std::string_view("int") ? json(static_cast<int64_t>(hi)) : json(hi)}, \
+                       {"defaults", {{"v0.14.5", json::parse(v0145)}, {"master", json::parse(master)}}}, \
+                       {"doc", doc}});
+  ZERO3_PRECISION_KEYS(ZEROCHECK_PRECISION_ROW)
+#undef ZEROCHECK_PRECISION_ROW
   return {{"top", top},
+          {"precision", precision},
+          {"precision_dtypes", zero3::precision_dtypes()},
+          {"precision_sections", zero3::precision_sections()},
           {"zero_optimization", zero},
           {"zero_optimization_flags", flags},
           {"offload_optimizer_devices", zero3::offload_devices()},

@@ -18,6 +18,8 @@ import copy
 import os
 import sys
 
+import torch
+
 from ..model import twin
 from ..model.tree import TakesRoute
 from ..oracles import fingerprint
@@ -26,14 +28,23 @@ from . import zero3_inside
 from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 
 
+# The precision keys the adapter sets when a scenario leaves them out (scenario/config.py
+# precision_in_effect reports them as "adapter"): master's default gradient_clipping is 1.0, and
+# clipping rescales by DeepSpeed's own norm order, which the twin does not follow yet (issue 40).
+PINNED_WHEN_ABSENT = {"gradient_clipping": 0.0}
+
+
 def deepspeed_config(config):
-    """The config DeepSpeed gets for a scenario's effective `config` (the repro scripts' too)."""
+    """The config DeepSpeed gets for a scenario's effective `config` (the repro scripts' too): the
+    precision keys the scenario writes (bf16, fp16, data_types, communication_data_type,
+    gradient_clipping) pass as written; left out, each is the version's default but those of
+    PINNED_WHEN_ABSENT."""
     config = copy.deepcopy(config)  # DeepSpeed annotates the dict it is given
     # The scenario's optimizer may be SGD, which ZeRO only takes with this flag; it changes
     # nothing else.
     config.setdefault("zero_allow_untested_optimizer", True)
-    # Master's default is 1.0: clipping rescales by its own norm order, which no twin follows.
-    config.setdefault("gradient_clipping", 0.0)
+    for key, value in PINNED_WHEN_ABSENT.items():
+        config.setdefault(key, value)
     return config
 
 
@@ -127,6 +138,11 @@ class DeepSpeedAdapter(Adapter):
         device = getattr(engine, "device", None)
         if device is not None:
             x = x.to(device)
+        # DeepSpeed casts the parameters to 16 bits, never the batch (its users cast it): a bf16
+        # or fp16 engine gets the scenario's fp32 input in its own dtype.
+        for enabled, dtype in (("bfloat16_enabled", torch.bfloat16), ("fp16_enabled", torch.float16)):
+            if callable(getattr(engine, enabled, None)) and getattr(engine, enabled)():
+                x = x.to(dtype)
         module = getattr(engine, "module", None)
         return engine(x, route) if isinstance(module, TakesRoute) else engine(x)
 

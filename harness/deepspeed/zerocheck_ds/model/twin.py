@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..scenario import schema
+
 
 @dataclass(frozen=True)
 class Training:
@@ -57,6 +59,22 @@ def deepspeed_training(stage, gas_scaling):
                     reduce_each_backward=stage >= 2, gas_scaling=gas_scaling,
                     reset_after_step=True, zero_grad_effect="local" if stage == 1 else "nothing",
                     step_without_gradient=True)
+
+
+def precision_not_followed(config):
+    """Returns the precision keys of DeepSpeed's `config` that change its numbers and that this
+    twin does not compute yet ((): none). It computes fp32 without clipping; bf16/fp16 casts, a
+    16-bit reduce or accumulation and DeepSpeed's clip are issue 40's next rules. A key left out
+    counts as off: the adapter pins gradient_clipping to 0.0 (deepspeed_adapter.PINNED_WHEN_ABSENT)."""
+    keys = [f"{section}.enabled" for section in schema.some("config_keys", "bf16", "fp16")
+            if config.get(section, {}).get("enabled")]
+    if config.get("gradient_clipping", 0.0) > 0:
+        keys.append("gradient_clipping")
+    if config.get("communication_data_type", "fp32") != "fp32":
+        keys.append("communication_data_type")
+    if config.get("data_types", {}).get("grad_accum_dtype", "fp32") != "fp32":
+        keys.append("data_types.grad_accum_dtype")
+    return tuple(keys)
 
 
 def reduce_gradients(grads, world_size, divide_before_sum):

@@ -126,6 +126,10 @@ class NumericChecks:
         if world_size != scenario.world_size:
             self._stopped = (f"replayed on {world_size} ranks, the scenario has "
                              f"{scenario.world_size}")
+        unfollowed = twin.precision_not_followed(scenario.config)
+        if self._stopped is None and unfollowed:
+            self._stopped = (f"the twin computes fp32 without clipping; in effect: "
+                             f"{', '.join(unfollowed)}")
         self._engine_started = False  # an engine was created (the first one: I4 after initialize)
         self._user_optimizer_wrapped = False
         self._micro_steps = 0

@@ -9,7 +9,8 @@ section (a placement policy, engine/placement.h) is validated and kept apart.
 
 from . import schema
 from .placement import Placement, read_placement
-from .strict_json import fail, key_path, read_bool, read_enum, read_int, read_object
+from .strict_json import (fail, key_path, read_bool, read_enum, read_int, read_number,
+                          read_object)
 
 # The keys as the engine's table lists them: name, default, lo, hi, doc; the flags: name,
 # default, doc.
@@ -39,13 +40,76 @@ def _read_no_offload(value, path):
                               f'give an initialize "config_error": "offload_optimizer" instead')
 
 
+PRECISION_KEYS = schema.PRECISION_KEYS
+
+
+def _read_precision_value(key, value, path):
+    if key.type == "bool":
+        return read_bool(value, path)
+    if key.type == "int":
+        return read_int(value, path, key.lo, key.hi)
+    if key.type == "dtype":
+        return read_enum(value, path, schema.PRECISION_DTYPES)
+    number = read_number(value, path)
+    if not key.lo <= number <= key.hi:
+        fail(path, f"value {float(number)!r} is out of range [{float(key.lo)!r}, {float(key.hi)!r}]")
+    return number
+
+
+def _read_precision(value, path, config):
+    """Copies into `config` the precision keys `value` writes, as written: an absent key is the
+    replayed DeepSpeed version's default (precision_in_effect), so DeepSpeed gets none of them."""
+    for section in schema.PRECISION_SECTIONS:
+        if section in value:
+            read_object(value[section], key_path(path, section),
+                        optional=tuple(k.name for k in PRECISION_KEYS if k.section == section))
+    for key in PRECISION_KEYS:
+        holder = value.get(key.section, {}) if key.section else value
+        if key.name not in holder:
+            continue
+        where = key_path(key_path(path, key.section), key.name) if key.section else key_path(path, key.name)
+        read = _read_precision_value(key, holder[key.name], where)
+        if key.section:
+            config.setdefault(key.section, {})[key.name] = read
+        else:
+            config[key.name] = read
+
+
+def precision_column(version):
+    """Returns the schema's defaults column for DeepSpeed `version` ("0.14.5" -> "v0.14.5", any
+    other version -> "master": the two trees the upstream replay runs)."""
+    return "v0.14.5" if str(version).split("+")[0] == "0.14.5" else "master"
+
+
+def precision_in_effect(config, version, pinned=None):
+    """Returns {dotted key: (value, source)} for every precision key in `config` as DeepSpeed
+    `version` reads it; source is "written", "adapter" (`pinned`: what the adapter sets when the
+    scenario leaves a key out) or "default (<column>)". None is DeepSpeed's derived value."""
+    column = precision_column(version)
+    pinned = pinned or {}
+    out = {}
+    for key in PRECISION_KEYS:
+        name = schema.precision_key_name(key)
+        holder = config.get(key.section, {}) if key.section else config
+        if key.name in holder:
+            out[name] = (holder[key.name], "written")
+        elif name in pinned:
+            out[name] = (pinned[name], "adapter")
+        else:
+            out[name] = (key.defaults[column], f"default ({column})")
+    return out
+
+
 def read_config(value, path, world_size):
     """Returns (effective DeepSpeed config, Placement from the "zerocheck" section) at `path`.
 
     `path` is "$.config" in a scenario, "$" for a standalone config. Raises ScenarioError
     naming the culprit's path.
     """
-    config = _read_int_keys(value, path, TOP_LEVEL_INT_KEYS, schema.CONFIG_SECTIONS)
+    precision_top = tuple(k.name for k in PRECISION_KEYS if not k.section)
+    config = _read_int_keys(value, path, TOP_LEVEL_INT_KEYS,
+                            schema.CONFIG_SECTIONS + schema.PRECISION_SECTIONS + precision_top)
+    _read_precision(value, path, config)
     zero = value.get("zero_optimization", {})
     zero_path = key_path(path, "zero_optimization")
     flags = tuple(f.name for f in ZERO_FLAGS)

@@ -76,6 +76,23 @@ ConfigFlag = namedtuple("ConfigFlag", "name default doc")
 CONFIG_ZERO_FLAGS = tuple(ConfigFlag(r["name"], r["default"], r["doc"])
                           for r in RAW["config_keys"]["zero_optimization_flags"])
 CONFIG_SECTIONS = tuple(RAW["config_keys"]["sections"])
+# DeepSpeed's precision keys (engine/config.h ZERO3_PRECISION_KEYS): section ("" is the top
+# level), name, type (bool, int, number, dtype), lo, hi, defaults {"v0.14.5"|"master": value,
+# None where DeepSpeed derives it or ignores the key}, doc.
+PrecisionKey = namedtuple("PrecisionKey", "section name type lo hi defaults doc")
+PRECISION_KEYS = tuple(PrecisionKey(r["section"], r["name"], r["type"], r["min"], r["max"],
+                                    r["defaults"], r["doc"])
+                       for r in RAW["config_keys"]["precision"])
+PRECISION_DTYPES = tuple(RAW["config_keys"]["precision_dtypes"])
+PRECISION_SECTIONS = tuple(RAW["config_keys"]["precision_sections"])
+PRECISION_VERSIONS = tuple(PRECISION_KEYS[0].defaults)
+
+
+def precision_key_name(key):
+    """Returns a precision key's dotted name ("bf16.enabled", "gradient_clipping")."""
+    return f"{key.section}.{key.name}" if key.section else key.name
+
+
 OFFLOAD_DEVICES = tuple(RAW["config_keys"]["offload_optimizer_devices"])
 ZEROCHECK_SECTION_KEYS = tuple(RAW["config_keys"]["zerocheck"])
 
@@ -98,7 +115,8 @@ CATEGORIES = {
     "invariants": INVARIANTS,
     "error_kinds": ERROR_KINDS,
     "config_keys": (tuple(k.name for k in CONFIG_TOP_KEYS + CONFIG_ZERO_KEYS + CONFIG_ZERO_FLAGS)
-                    + CONFIG_SECTIONS),
+                    + CONFIG_SECTIONS + PRECISION_SECTIONS
+                    + tuple(precision_key_name(k) for k in PRECISION_KEYS)),
     "limits": tuple(LIMITS),
 }
 

@@ -30,13 +30,14 @@ import signal
 import sys
 import traceback
 
-from ..engines import ADAPTER_NAMES, deepspeed_tree
+from ..engines import ADAPTER_NAMES, deepspeed_adapter, deepspeed_tree
 from ..engines.checkout import checkout_commit
 from ..findings import baseline as baseline_module, issue_drafts, report
 from ..findings.outcomes import (checks_of, outcome_findings, raising_steps, skipped_of, verdict,
                                  written_of)
 from ..findings.verdict import NEW_INVARIANTS, merge_tallies, write_json
 from ..oracles import inert_knobs
+from ..scenario.config import precision_in_effect
 from . import control, coverage
 from .pool import PoolStartError, RankPool
 from .runner import UsageError, load_all, scenario_files
@@ -411,6 +412,7 @@ def _replay_all(supervisor, scenarios, run):
         result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
         result["reshards"] = getattr(outcome, "reshards", [])
         result["inert_knobs"] = inert[2]  # I10's second draw: {knob: [old, new]}
+        result["precision"] = precision_report(scenario.config, args.adapter, supervisor.version)
         write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
         run.add(result)
         log(report.progress_line(i, len(scenarios), result))
@@ -419,6 +421,15 @@ def _replay_all(supervisor, scenarios, run):
             run.ablation[scenario.name] = {"all": caught or "none",
                                            **_ablate(supervisor, scenario.name, path, args)}
     return None
+
+
+def precision_report(config, adapter, version):
+    """{dotted precision key: {"value", "source"}} in effect for the replayed DeepSpeed version:
+    written by the scenario, set by the adapter when left out, or the version's default (value
+    null: DeepSpeed derives it from bf16/fp16, or ignores the key)."""
+    pinned = deepspeed_adapter.PINNED_WHEN_ABSENT if adapter == "deepspeed" else {}
+    return {key: {"value": value, "source": source}
+            for key, (value, source) in precision_in_effect(config, version, pinned).items()}
 
 
 def _ablate(supervisor, name, path, args):
