@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <unordered_set>
@@ -209,9 +210,12 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   const std::vector<ModuleAtPath> tree = unique_modules(model);
   const FaultSeams faults(options.fault);
   check_not_managed(tree, optimizer, faults);
+  if (const std::string refusal = precision_refusal(options.precision); !refusal.empty())
+    throw UsageError("initialize: " + refusal);
 
   auto state = std::make_shared<EngineState>(model, comm, config, options);
   state->user_optimizer = &optimizer;
+  state->scaler = LossScaler(options.precision.scaler);
   record_tree(*state, tree);
   faults.before_placement(*state);
   assign_placement(*state, options);
@@ -280,7 +284,9 @@ void Engine::backward(const at::Tensor& loss) {
   const int rank = state_->comm.rank();
   for (auto& p : state_->params)  // whole tensors collect fresh local gradients
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
-  loss.backward();
+  const double scale = state_->scaler.scale();
+  // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): the loss is fp32 here.
+  if (scale != 1.0) (loss * scale).backward(); else loss.backward();
   state_->finish_placed_gradients();
   state_->faults.after_gradients(*state_);
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.
@@ -288,9 +294,53 @@ void Engine::backward(const at::Tensor& loss) {
     if (!state_->faults.keeps_gathered_after_backward(*p)) state_->partitioner.release(*p);
 }
 
+namespace {
+
+// Whether this rank's shard gradient of `p` is its own share of the global norm: a partitioned
+// parameter's slice on every rank; a persistent one (whole and alike on every rank) on rank 0
+// only; a placed one on its owner.
+bool counts_in_norm(const ManagedParam& p, int rank) {
+  if (!p.trainable || !p.grad_shard.defined()) return false;
+  if (p.placed()) return p.owner == rank;
+  return !p.persistent || rank == 0;
+}
+
+// DeepSpeed's step before the optimizer (docs/deepspeed-precision.md, section 2, items 5-7):
+// the global norm of the scaled gradients (each share's double norm squared, summed, SUM over
+// ranks, square root: stage3.py:1747-1764 (v0.14.5)), the scale updated before anything is
+// unscaled (:1965-1978), then every shard gradient multiplied by 1 / combined (:2109-2118).
+// The one all-reduce carries the overflow too: a NaN or an infinity on any rank makes the sum
+// non-finite on every rank, so every rank decides alike. Returns false when the step is skipped.
+bool unscale_and_clip(EngineState& state) {
+  const int rank = state.comm.rank();
+  at::NoGradGuard no_grad;
+  at::Tensor sum_sq = at::zeros({1}, at::kDouble);
+  for (auto& p : state.params)
+    if (counts_in_norm(*p, rank)) sum_sq += p->grad_shard.to(at::kCPU).to(at::kDouble).norm(2).pow(2);
+  state.comm.all_reduce_sum(sum_sq);
+  const double scaled_norm = std::sqrt(sum_sq.item<double>());
+  const PrecisionOptions& precision = state.options.precision;
+  const bool overflow = precision.check_overflow && !std::isfinite(scaled_norm);
+  state.scaler.update(overflow);
+  const double scale = state.scaler.scale();
+  state.global_grad_norm = scaled_norm / scale;
+  if (overflow) return false;
+  const double combined = unscale_and_clip_divisor(scaled_norm, scale, precision.gradient_clipping);
+  if (combined != 1.0)
+    for (auto& p : state.params)
+      if (p->trainable && p->grad_shard.defined()) p->grad_shard.mul_(1.0 / combined);
+  return true;
+}
+
+}  // namespace
+
 void Engine::step() {
   state_->require_live("step");
   if (++state_->micro_steps % state_->config.gradient_accumulation_steps != 0) return;
+  if (state_->options.precision.needs_norm() && !unscale_and_clip(*state_)) {
+    ++state_->skipped_steps;
+    return;
+  }
   for (auto& p : state_->params)
     if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
   if (!state_->faults.skips_optimizer_step(*state_)) state_->optimizer->step();
@@ -375,6 +425,14 @@ Fault Engine::fault() const { return state_->options.fault; }
 int64_t Engine::micro_steps() const { return state_->micro_steps; }
 
 int64_t Engine::optimizer_steps() const { return state_->optimizer_steps; }
+
+int64_t Engine::skipped_steps() const { return state_->skipped_steps; }
+
+double Engine::global_grad_norm() const { return state_->global_grad_norm; }
+
+double Engine::loss_scale() const { return state_->scaler.scale(); }
+
+const PrecisionOptions& Engine::precision() const { return state_->options.precision; }
 
 torch::optim::Optimizer& Engine::optimizer() {
   state_->require_live("optimizer");

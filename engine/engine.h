@@ -10,6 +10,14 @@
 // Engine state never lives on user objects: ids, shards, statuses and hooks are in the engine's
 // own tables, keyed by object identity; ids come from a per-engine counter.
 //
+// Overflow contract: when EngineOptions::precision asks for overflow protection
+// (check_overflow), a step whose gradients hold a NaN or an infinity on any rank is skipped on
+// every rank: weights, fp32 masters, optimizer state and optimizer_steps() stay as they were,
+// skipped_steps() grows by one, the loss scale is updated (precision.h), and the step's reported
+// gradient norm (global_grad_norm()) is not finite, never a number. The check is the
+// rank-summed square of the gradient norm, one all-reduce of one double per optimizer step,
+// with the timeout every collective has.
+//
 // Requires: every rank builds the same tree and calls initialize, forward (with the same route),
 // backward, step, checkpointing and release in the same order.
 // Thread-safety: an engine belongs to its rank's thread.
@@ -21,6 +29,7 @@
 #include "engine/module.h"
 #include "engine/param_status.h"
 #include "engine/placement.h"
+#include "engine/precision.h"
 #include "engine/shard_layout.h"
 
 #include <ATen/Tensor.h>
@@ -60,6 +69,9 @@ struct EngineOptions {
   // ("staging", "rank-file", "manifest", "exchanged", "done") so a test can kill the process
   // there and prove that a save leaves the old checkpoint or the new one, never a mix.
   std::function<void(const std::string& point)> save_point;
+  // Mixed precision, the loss scale, overflow protection and the gradient clip (precision.h).
+  // The defaults are the fp32 engine bit for bit, with no extra collective.
+  PrecisionOptions precision;
 };
 
 // Returns the device of `rank` under `ranks_per_device` (see EngineOptions).
@@ -121,9 +133,14 @@ class Engine {
   // Runs the model on `input`, choosing experts by `route`. Collective.
   // Throws UsageError when released, or when ranks pass different routes.
   at::Tensor forward(const at::Tensor& input, const Route& route = Route());
-  // Back-propagates `loss` and leaves averaged shard gradients. Collective.
+  // Back-propagates `loss` (times the loss scale, when one is configured) and leaves averaged
+  // shard gradients. Collective.
   void backward(const at::Tensor& loss);
-  // Applies the optimizer to the shards once every gradient_accumulation_steps calls.
+  // Applies the optimizer to the shards once every gradient_accumulation_steps calls. With a
+  // loss scale, clipping or overflow protection configured, at that boundary it first computes
+  // the global gradient norm (collective), updates the loss scale, skips the step on an
+  // overflow (see the overflow contract above), else unscales and clips as DeepSpeed does.
+  // Throws UsageError when the dynamic scale must halve below its minimum (DeepSpeed's raise).
   void step();
   // Zeroes shard gradients in place (LibTorch 1.13's optimizer default), so a parameter that
   // skips a step (an expert nobody routed to) still steps with a zero gradient, as in dense
@@ -151,6 +168,15 @@ class Engine {
   // gradient_accumulation_steps calls; DeepSpeed's global_steps). Every rank counts alike.
   int64_t micro_steps() const;
   int64_t optimizer_steps() const;
+  // Optimizer steps skipped for an overflow (DeepSpeed's skipped_steps); 0 without protection.
+  int64_t skipped_steps() const;
+  // The global gradient norm of the last step boundary, unscaled (DeepSpeed reports the scaled
+  // norm divided by the updated scale, stage3.py:2034 (v0.14.5)); not finite when that step
+  // overflowed; 0 before any boundary and whenever precision needs no norm.
+  double global_grad_norm() const;
+  // The current loss scale (1 unless one is configured).
+  double loss_scale() const;
+  const PrecisionOptions& precision() const;
 
   // Returns the bytes this rank holds for model state: model tensors, fp32 shards, shard
   // gradients and optimizer state.

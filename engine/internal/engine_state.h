@@ -77,6 +77,9 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   const void* user_optimizer = nullptr;
   int64_t micro_steps = 0;
   int64_t optimizer_steps = 0;  // steps the optimizer applied (DeepSpeed's global_steps)
+  int64_t skipped_steps = 0;    // boundaries skipped for an overflow
+  double global_grad_norm = 0.0;
+  LossScaler scaler;
   int64_t steps_after_refusal = -1;  // third-step-after-refusal's count of steps since a refusal
   bool released = false;
   bool computing_placed = false;  // the owner is running a placed module for a sender

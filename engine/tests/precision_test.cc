@@ -1,0 +1,132 @@
+// The loss scaler, the unscale-and-clip divisor and the round back, against DeepSpeed's rules
+// (docs/deepspeed-precision.md, "The dynamic scaler" and rules R6, R8, R9).
+#include <gtest/gtest.h>
+
+#include "engine/errors.h"
+#include "engine/precision.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <vector>
+
+namespace zero3 {
+namespace {
+
+LossScalerOptions dynamic(int power, int64_t window, int hysteresis, double min_scale = 1.0) {
+  LossScalerOptions o;
+  o.loss_scale = 0;
+  o.initial_scale_power = power;
+  o.loss_scale_window = window;
+  o.hysteresis = hysteresis;
+  o.min_loss_scale = min_scale;
+  return o;
+}
+
+std::vector<double> scales_after(LossScaler& scaler, const std::vector<bool>& overflows) {
+  std::vector<double> out;
+  for (bool overflow : overflows) {
+    scaler.update(overflow);
+    out.push_back(scaler.scale());
+  }
+  return out;
+}
+
+TEST(LossScaler, StaticScaleNeverMoves) {
+  LossScalerOptions o;
+  o.loss_scale = 128;
+  LossScaler scaler(o);
+  EXPECT_EQ(scales_after(scaler, {true, false, true, true, false}), std::vector<double>(5, 128.0));
+}
+
+TEST(LossScaler, HalvesOnlyAfterHysteresisOverflowsAndDoesNotRefillByHalving) {
+  LossScaler scaler(dynamic(4, 1000, 2));
+  EXPECT_EQ(scaler.scale(), 16.0);
+  // The first overflow spends the hysteresis, each later one halves (halving does not refill).
+  EXPECT_EQ(scales_after(scaler, {true, true, true}), (std::vector<double>{16, 8, 4}));
+}
+
+TEST(LossScaler, DoublesAfterTheWindowOfCleanStepsPerVersion) {
+  // v0.14.5: (iter - last_overflow) % window == 0: after `window` clean steps from the start.
+  LossScaler old_rule(dynamic(4, 2, 1));
+  EXPECT_EQ(scales_after(old_rule, {false, false, false, false}), (std::vector<double>{16, 32, 32, 64}));
+  // master: stable = iter - last_overflow - 1 > 0 and a multiple of window: one step later
+  // (measured on both versions, window 2, start 16: v0.14.5 doubles at step 1, master at 2).
+  LossScalerOptions m = dynamic(4, 2, 1);
+  m.rule = ScalerRule::master;
+  LossScaler new_rule(m);
+  EXPECT_EQ(scales_after(new_rule, {false, false, false, false}), (std::vector<double>{16, 16, 32, 32}));
+  // After an overflow the window counts from it, and a doubling refills the hysteresis.
+  LossScaler after(dynamic(4, 2, 2));
+  EXPECT_EQ(scales_after(after, {true, true, false, false, true, true}),
+            (std::vector<double>{16, 8, 8, 16, 16, 8}));
+}
+
+TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryCleanStep) {
+  LossScalerOptions o = dynamic(4, 1000, 2);
+  o.consecutive_hysteresis = true;
+  LossScaler scaler(o);
+  EXPECT_EQ(scales_after(scaler, {true, false, true, false, true, true}),
+            (std::vector<double>{16, 16, 16, 16, 16, 8}));
+}
+
+TEST(LossScaler, FloorsAtTheMinimumAndRaisesThereAsDeepSpeedDoes) {
+  LossScaler scaler(dynamic(4, 1000, 1, /*min_scale=*/6));
+  EXPECT_EQ(scales_after(scaler, {true, true}), (std::vector<double>{8, 6}));
+  EXPECT_THROW(scaler.update(true), UsageError);
+  EXPECT_EQ(scaler.scale(), 6.0);
+
+  LossScalerOptions o = dynamic(4, 1000, 1, 6);
+  o.raise_at_min_scale = false;
+  LossScaler floored(o);
+  EXPECT_EQ(scales_after(floored, {true, true, true}), (std::vector<double>{8, 6, 6}));
+}
+
+TEST(LossScaler, StateRoundTrips) {
+  LossScaler a(dynamic(4, 3, 2));
+  scales_after(a, {true, false, false});
+  LossScaler b(dynamic(4, 3, 2));
+  b.restore(a.state());
+  EXPECT_EQ(scales_after(a, {false, true, true, false, false, false}),
+            scales_after(b, {false, true, true, false, false, false}));
+}
+
+TEST(UnscaleAndClip, FollowsDeepSpeedsFormula) {
+  EXPECT_EQ(unscale_and_clip_divisor(123.0, 64.0, 0.0), 64.0);  // clip off: the scale alone
+  EXPECT_EQ(unscale_and_clip_divisor(64.0, 64.0, 10.0), 64.0);  // norm 1 under 10: clamped to 1
+  // norm 5 (scaled 320), clip 2: ((320 / 64) + 1e-6) / 2 * 64
+  EXPECT_EQ(unscale_and_clip_divisor(320.0, 64.0, 2.0), ((320.0 / 64.0) + 1e-6) / 2.0 * 64.0);
+  EXPECT_TRUE(std::isnan(unscale_and_clip_divisor(NAN, 1.0, 1.0)));
+  EXPECT_TRUE(std::isinf(unscale_and_clip_divisor(INFINITY, 1.0, 1.0)));
+}
+
+TEST(RoundBack, Bf16IsRoundToNearestEvenNotTruncation) {
+  // bf16 keeps 7 mantissa bits: near 1 its ulp is 2^-7. 1 + 2^-8 lies halfway between 1 and
+  // 1 + 2^-7 (goes to the even 1); 1 + 3 * 2^-8 halfway between 1 + 2^-7 and 1 + 2^-6 (goes to
+  // the even 1 + 2^-6, where truncation would give 1 + 2^-7); 1 + 2^-7 + 2^-9 rounds down.
+  const float h = std::ldexp(1.0f, -8);
+  at::Tensor full = at::tensor({1 + h, 1 + 3 * h, 1 + 2 * h + h / 2, -(1 + 3 * h)}, at::kFloat);
+  at::Tensor back = round_to(full, at::kBFloat16).to(at::kFloat);
+  EXPECT_EQ(back[0].item<float>(), 1.0f);
+  EXPECT_EQ(back[1].item<float>(), 1 + 4 * h);
+  EXPECT_EQ(back[2].item<float>(), 1 + 2 * h);
+  EXPECT_EQ(back[3].item<float>(), -(1 + 4 * h));
+}
+
+TEST(PrecisionOptions, DefaultsAreTheFp32EngineAndOthersAreRefusedWithTheReason) {
+  PrecisionOptions o;
+  EXPECT_FALSE(o.needs_norm());
+  EXPECT_EQ(precision_refusal(o), "");
+  o.param_dtype = c10::ScalarType::BFloat16;
+  EXPECT_NE(precision_refusal(o).find("fp32 only"), std::string::npos);
+  PrecisionOptions d;
+  d.scaler.loss_scale = 0;
+  EXPECT_NE(precision_refusal(d).find("needs check_overflow"), std::string::npos);
+  d.check_overflow = true;
+  EXPECT_EQ(precision_refusal(d), "");
+  d.scaler.loss_scale_window = 0;
+  EXPECT_NE(precision_refusal(d).find("loss_scale_window"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zero3
