@@ -312,7 +312,13 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
 // elements when partitioned, n when persistent or placed here, nothing when placed elsewhere;
 // times (1 + gradient + `optimizer_states`) once it has had a gradient (`trained` holds those
 // paths; a frozen or never-reached parameter keeps only its copy).
+// What is counted is the CPU (harness/world/rank_memory.h): a rank whose placed modules live on an
+// accelerator (placed_on_accelerator) holds their state there, so it is not in the count.
 int64_t expected_state_bytes(const Expectation& expected, const std::set<std::string>& trained, int rank,
                              int64_t optimizer_states);
+
+// Whether `rank`'s placed modules live on a CUDA device: EngineOptions' rule with one rank per
+// device, as every harness world runs the engine (cuda:rank when that device exists).
+bool placed_on_accelerator(int rank);
 
 }  // namespace zerocheck::model
