@@ -76,7 +76,11 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
                      "the ZeRO stage to replay the scenarios with (they stay stage 3; default 3)")
       ->check(CLI::Range(1, 3));
   command.add_option("--disable", options->disable,
-                     "invariants not to check, of I3, I4, I6, I9 (the dense twin, the shard exchange, checkpoint reads)");
+                     "invariants not to check, of I3, I4, I6, I9, I10 (the dense twin, the shard exchange, checkpoint "
+                     "reads, the knobs that promise not to change the numbers)");
+  command.add_option("--inert-fraction", options->inert_fraction,
+                     "the share of scenarios I10 replays again with the inert knobs drawn anew (default: the suite's, 0.25)")
+      ->check(CLI::Range(0.0, 1.0));
   command.add_flag("--ablate", options->ablate,
                    "replay each scenario again with each of I3, I4, I6, I9 off in turn: which scenarios only it catches");
   command.add_flag("--keep-checkpoints", options->keep_checkpoints,

@@ -34,7 +34,7 @@ def main():
         f.write(f"import os\nprint({NOISE!r})\nos.write(1, b'raw: ' + {NOISE!r}.encode() + b'\\n')\n")
     env = dict(os.environ, PYTHONPATH=site, PYTHONUNBUFFERED="1")
     command = [zerocheck, "upstream", "--python", python, "--adapter", "faulty", "--cases", "1",
-               "--world", "2", "--json", "--out", os.path.join(work, "out")]
+               "--world", "2", "--inert-fraction", "1", "--json", "--out", os.path.join(work, "out")]
     print("$", " ".join(command), flush=True)
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
     print(done.stderr[-3000:])
@@ -54,6 +54,11 @@ def main():
           "what the sitecustomize printed went to stderr")
     check(any(c["title"].startswith("I1: written by zerocheck_ds/engines/adapters.py")
               for c in document["root_causes"]), "the document lists the root causes")
+    # --inert-fraction reaches the suite: at 1 every scenario is chosen for I10's second replay
+    # (at the default 0.25 most are "not drawn").
+    i10 = document["checks"]["I10"]
+    check(not any(reason.startswith("not drawn") for reason in i10["not_checked"]),
+          f"--inert-fraction 1 chose every scenario for I10: {i10}")
     return 0
 
 

@@ -40,6 +40,7 @@ std::vector<std::string> supervisor_command(const UpstreamOptions& o, const std:
   if (!o.baseline.empty()) args.insert(args.end(), {"--baseline", o.baseline});
   if (o.shrink) args.insert(args.end(), {"--shrink", "--shrink-seconds", number(o.shrink_seconds)});
   if (!o.disable.empty()) args.insert(args.end(), {"--disable", o.disable});
+  if (o.inert_fraction >= 0) args.insert(args.end(), {"--inert-fraction", number(o.inert_fraction)});
   if (o.ablate) args.push_back("--ablate");
   if (o.keep_checkpoints) args.push_back("--keep-checkpoints");
   if (o.reshard) args.push_back("--reshard");

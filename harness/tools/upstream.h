@@ -16,7 +16,7 @@ struct UpstreamOptions {
   uint64_t seed = 1;
   int world_size = 1;
   int stage = 3;                        // the ZeRO stage the scenarios are replayed with
-  std::string disable;                  // of I3, I4, I9: invariants not to check ("I3,I9")
+  std::string disable;                  // of I3, I4, I6, I9, I10: invariants not to check ("I3,I9")
   bool ablate = false;                  // replay again with each of I3, I4, I6, I9 off in turn
   bool keep_checkpoints = false;        // keep OUT/checkpoints/<scenario> (removed by default)
   bool reshard = false;                 // resume loads with a world_size on a second pool
@@ -27,6 +27,7 @@ struct UpstreamOptions {
   bool shrink = false;
   double shrink_seconds = 300;
   double scenario_timeout = 120;
+  double inert_fraction = -1;           // I10's share of scenarios replayed again; < 0: the suite's default
   int batch = 50;
   bool json = false;
 };
