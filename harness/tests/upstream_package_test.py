@@ -61,17 +61,32 @@ def nondeterministic():
 
 
 def verdicts(out, flaky):
-    """{scenario: (outcome, root causes)}, the nondeterministic root causes left out (a scenario
-    with only those is `ok`)."""
+    """{scenario: (outcome, root causes, struck)}, the nondeterministic root causes left out (a
+    scenario with only those is `ok`); `struck`: one of them showed in this run."""
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     found = {}
     for s in summary["scenarios"]:
-        causes = tuple(sorted(c for c in s.get("root_causes") or [] if c not in flaky))
-        outcome = "ok" if s["outcome"] == "findings" and s.get("root_causes") and not causes \
-            else s["outcome"]
-        found[s["name"]] = (outcome, causes)
+        every = s.get("root_causes") or []
+        causes = tuple(sorted(c for c in every if c not in flaky))
+        outcome = "ok" if s["outcome"] == "findings" and every and not causes else s["outcome"]
+        found[s["name"]] = (outcome, causes, len(causes) < len(every))
     return found
+
+
+def compared(installed, reference):
+    """(the scenarios whose verdicts differ, those not compared): a scenario where the race struck
+    in either run is not compared, since what it changes does not stop at its own rows (I3 names
+    only the first place the twin parts, so the race's hides a later I3 cause; a consolidation
+    after it differs too: KNOWN_UPSTREAM.md's race rows)."""
+    differ, skipped = {}, []
+    for name in sorted(set(installed) | set(reference)):
+        mine, theirs = installed.get(name), reference.get(name)
+        if mine and theirs and (mine[2] or theirs[2]):
+            skipped.append(name)
+        elif (mine and mine[:2]) != (theirs and theirs[:2]):
+            differ[name] = (mine, theirs)
+    return differ, skipped
 
 
 def known_titles():
@@ -141,9 +156,14 @@ def main():
         untriaged = [c["title"] for c in json.load(f)["root_causes"] if not c.get("triage")]
     if untriaged:
         fail(f"installed, the suite did not find KNOWN_UPSTREAM.md: untriaged {untriaged}")
-    if installed != reference:
-        fail(f"the installed suite's verdicts differ from the checkout's:\n  installed "
-             f"{installed}\n  checkout  {reference}")
+    differ, skipped = compared(installed, reference)
+    if differ:
+        fail(f"the installed suite's verdicts differ from the checkout's (installed, checkout): "
+             f"{differ}")
+    if skipped:
+        print(f"not compared, the Gloo race struck in one of the two runs: {skipped}")
+    if len(skipped) > len(reference) // 2:  # ~1 run in 20 meets it: so many say something else
+        fail(f"only {len(reference) - len(skipped)} of {len(reference)} scenarios compared")
 
     done, pytest_seconds = step("pytest", [
         os.path.join(bin_dir, "python"), "-m", "pytest", "-p", "no:cacheprovider", "-rA",
@@ -158,7 +178,7 @@ def main():
             results[m.group(2)] = m.group(1)
     known = known_titles()
     wrong = {name: (results.get(name), outcome, causes)
-             for name, (outcome, causes) in reference.items()
+             for name, (outcome, causes, _) in reference.items()
              if results.get(name) not in pytest_form(outcome, causes, known)}
     if wrong or set(results) != set(reference):
         print(done.stdout[-8000:])

@@ -456,8 +456,9 @@ def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
     replay and, when I10 is on and chooses it (inert_knobs.chosen, by `chosen_as` or `name`), a
     second replay with the knobs that promise not to change the numbers drawn again, both traced
     (replay/trace.py). A
-    difference is confirmed by a third replay with the first one's knobs: when that differs too,
-    the scenario is not deterministic and I10 is "not checked" with that reason."""
+    difference is confirmed by a third replay with the first one's knobs and a fourth with the
+    second one's: when the third differs from the first, or the fourth from the second, the
+    scenario is not deterministic and I10 is "not checked" with that reason."""
     path = os.path.abspath(path)
     disabled = set(args.disabled if disable is None else disable)
     key = chosen_as or name
@@ -502,6 +503,15 @@ def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
         return outcome, notes, ([], _tally(None, "not deterministic: a replay with the same knobs "
                                                  "differs too, first at " + inert_knobs.describe_difference(
                                                      _traces(outcome), again)), knobs)
+    # The knobs are blamed only for a difference they give again: a race that struck the second
+    # replay alone (DeepSpeed's Gloo all_gather race at a zero.Init, KNOWN_UPSTREAM.md) is not
+    # theirs, and the rate test would see it come and go as an I10 finding with no cause.
+    repeat, _ = supervisor.replay(f"{name}~inert-knobs-again", path, args.world, disable=disable,
+                                  extra=dict(traced, knob_seed=seed))
+    if repeat.kind != "done" or inert_knobs.first_difference(_traces(second), _traces(repeat)) is not None:
+        return outcome, notes, ([], _tally(None, "not deterministic: a replay with the second "
+                                                 "draw's knobs did not give that draw's "
+                                                 "numbers again"), knobs)
     first = _traces(outcome)
     op_index = first[where[0]][where[1]].get("op_index") if where[1] < len(first[where[0]]) else None
     raised, raised_first = ((), None), False
