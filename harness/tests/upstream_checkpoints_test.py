@@ -81,9 +81,7 @@ MASTER_SHOWS = {
 
 
 def suite(zerocheck, python, tree, out, scenarios, expect=None):
-    # I10 off: its second replays are upstream_inert_knobs' subject (and the suite tests'), and
-    # here they would only add time.
-    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "90", "--disable", "I10",
+    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "90",
                     "--deepspeed-tree", tree, "--scenarios", *scenarios, "--out", out],
         expect=expect, timeout=540)
     return verdicts(out), read(os.path.join(out, "summary.json"))

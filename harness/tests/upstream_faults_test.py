@@ -324,9 +324,7 @@ def main():
     # turn (--ablate); a second, plain run for the faults only their own invariant is asked of.
     out, plain_out = os.path.join(work, "planted"), os.path.join(work, "planted-plain")
     ablated = [s for s in scenarios if os.path.basename(s)[:-len(".json")] not in NOT_ABLATED]
-    # I10 off: the ablation judges I3, I4, I6 and I9, and I10 is upstream_inert_knobs' subject.
-    common = ["--python", python, "--world", "2", "--scenario-timeout", "60", "--disable", "I10",
-              "--deepspeed-tree", copy]
+    common = ["--python", python, "--world", "2", "--scenario-timeout", "60", "--deepspeed-tree", copy]
     run(zerocheck, common + ["--scenarios", *ablated, "--out", out, "--ablate"],
         expect=1, env=env, timeout=420)
     run(zerocheck, common + ["--scenarios", *(os.path.join(SCENARIOS, f"{s}.json")

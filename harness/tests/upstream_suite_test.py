@@ -116,7 +116,7 @@ def check_survival(zerocheck, python, tree, work, common, scenarios, exported):
     chosen = [os.path.join(scenarios[0], f"{n}.json") for n in exported[:3]]
     injected = os.path.join(work, "injected")
     env = dict(os.environ, ZEROCHECK_DS_INJECT=f"crash:{exported[0]}:1,hang:{exported[1]}:0")
-    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "20", "--disable", "I10",
+    run(zerocheck, ["--python", python, "--world", "2", "--scenario-timeout", "20",
                     "--deepspeed-tree", tree, "--out", injected, "--scenarios", *chosen],
         expect=1, env=env)
     found = verdicts(injected)
@@ -132,7 +132,7 @@ def check_survival(zerocheck, python, tree, work, common, scenarios, exported):
     #    carries the dense twin) to standalone scripts that reproduce on DeepSpeed and not on
     #    plain PyTorch.
     shrunk = os.path.join(work, "shrunk")
-    run(zerocheck, common + ["--deepspeed-tree", tree, "--out", shrunk, "--disable", "I10", "--shrink",
+    run(zerocheck, common + ["--deepspeed-tree", tree, "--out", shrunk, "--shrink",
                              "--shrink-seconds", "40", "--scenarios",
                              os.path.join(scenarios[0], "zero-size-param.json"), EXPERT_SKIPPED],
         expect=1)
