@@ -8,6 +8,8 @@ import sys
 import tempfile
 import unittest
 
+from ctest_project import CtestProject
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "failed-test-output")
 
@@ -27,18 +29,13 @@ def run(*args):
 class FailedTestOutput(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="zerocheck-failed-output-")
-        source, cls.build = os.path.join(cls.scratch.name, "src"), os.path.join(cls.scratch.name, "build")
-        os.makedirs(source)
-        with open(os.path.join(source, "CMakeLists.txt"), "w", encoding="utf-8") as f:
-            f.write(PROJECT)
-        subprocess.run(["cmake", "-S", source, "-B", cls.build], check=True, capture_output=True, timeout=120)
-        ctest = subprocess.run(["ctest", "--test-dir", cls.build], capture_output=True, text=True, timeout=120)
-        assert ctest.returncode != 0, ctest.stdout  # two tests fail
+        cls.project = CtestProject("zerocheck-failed-output-", PROJECT)
+        cls.build = cls.project.build
+        assert cls.project.ctest.returncode != 0, cls.project.ctest.stdout  # two tests fail
 
     @classmethod
     def tearDownClass(cls):
-        cls.scratch.cleanup()
+        cls.project.cleanup()
 
     def test_names_each_failed_test_with_the_end_of_its_output(self):
         done = run(self.build, "--lines", "5")

@@ -7,6 +7,8 @@ import subprocess
 import tempfile
 import unittest
 
+from ctest_project import CtestProject
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "slowest-tests")
 
@@ -26,17 +28,12 @@ def run(*args):
 class SlowestTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="zerocheck-slowest-")
-        source, cls.build = os.path.join(cls.scratch.name, "src"), os.path.join(cls.scratch.name, "build")
-        os.makedirs(source)
-        with open(os.path.join(source, "CMakeLists.txt"), "w", encoding="utf-8") as f:
-            f.write(PROJECT)
-        subprocess.run(["cmake", "-S", source, "-B", cls.build], check=True, capture_output=True, timeout=120)
-        subprocess.run(["ctest", "--test-dir", cls.build], capture_output=True, timeout=120)
+        cls.project = CtestProject("zerocheck-slowest-", PROJECT)
+        cls.build = cls.project.build
 
     @classmethod
     def tearDownClass(cls):
-        cls.scratch.cleanup()
+        cls.project.cleanup()
 
     def test_the_slowest_come_first_and_n_bounds_the_list(self):
         result = run(self.build, "2")
