@@ -14,14 +14,6 @@
 namespace zero3 {
 namespace {
 
-std::shared_ptr<Sequential> two_linears() {
-  auto root = std::make_shared<Sequential>();
-  root->push_back(std::make_shared<Linear>(3, 5));
-  root->push_back(std::make_shared<Linear>(5, 2));
-  init_parameters(*root, 3);
-  return root;
-}
-
 template <class Body>
 void on_one_rank(Body&& body) {
   zerocheck::make_world(1)->run([&](Comm& comm) { body(comm); });

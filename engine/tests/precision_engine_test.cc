@@ -22,14 +22,6 @@
 namespace zero3 {
 namespace {
 
-std::shared_ptr<Sequential> two_linears() {
-  auto root = std::make_shared<Sequential>();
-  root->push_back(std::make_shared<Linear>(3, 5));
-  root->push_back(std::make_shared<Linear>(5, 2));
-  init_parameters(*root, 3);
-  return root;
-}
-
 // A rank's micro-batch at `step`: a pure function of both, so two runs see the same data.
 std::pair<at::Tensor, at::Tensor> batch(int64_t step, int rank) {
   at::Tensor base = at::arange(6, at::kFloat).reshape({2, 3});
