@@ -242,10 +242,16 @@ def _operations(plan, target, checks):
     last = _last_op(plan, target)
     lines, forward, backward = [], False, False  # a loss pending; a backward since the step
     optimizers = []  # the sources of the optimizers given to initialize so far
+    refusable = 0  # initializes so far that may have failed: a repeat, or an invalid config
     for i, op in enumerate(ops[:last + 1]):
         lines.append("")
-        # An operation raising is the finding at its own operation (at any, where none is named).
+        # An operation raising is the finding at its own operation (at any, where none is named);
+        # after an initialize that may have failed, a training op may raise on the way to another
+        # finding (a failed initialize leaves DeepSpeed's hooks on the model): printed, run goes on.
         wrap = target["invariant"] == "op" and target.get("op_index") in (None, i)
+        guard = wrap or (refusable > 0 and op.op in _TRAINING_OPS)
+        if op.op == "initialize":
+            refusable += op.config_error is not None or optimizers != []
         if op.op == "initialize" and op.config_error is not None:
             block = _invalid_initialize(plan, i, op, optimizers)
         elif op.op == "initialize":
@@ -253,7 +259,7 @@ def _operations(plan, target, checks):
                                 judged=target["invariant"] == "I5")
         elif op.op in _TRAINING_OPS:
             block, forward, backward = training_section(i, op, forward, backward)
-            if wrap and len(block) > 1:
+            if guard and len(block) > 1:
                 block = [block[0], "try:"] + ["    " + line for line in block[1:]] + [
                     "except ERRORS as e:", f"    op_failed({i}, {op.op!r}, e)"]
         else:
