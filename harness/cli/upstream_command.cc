@@ -79,7 +79,7 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
                      "invariants not to check, of I3, I4, I6, I9, I10 (the dense twin, the shard exchange, checkpoint "
                      "reads, the knobs that promise not to change the numbers)");
   command.add_option("--inert-fraction", options->inert_fraction,
-                     "the share of scenarios I10 replays again with the inert knobs drawn anew (default: the suite's, 0.25)")
+                     "the share of scenarios I10 replays again with the inert knobs drawn anew (default: the suite's own)")
       ->check(CLI::Range(0.0, 1.0));
   command.add_flag("--ablate", options->ablate,
                    "replay each scenario again with each of I3, I4, I6, I9 off in turn: which scenarios only it catches");

@@ -508,7 +508,8 @@ def _replay_judged(supervisor, name, path, args, disable=None, chosen_as=None):
     # theirs, and the rate test would see it come and go as an I10 finding with no cause.
     repeat, _ = supervisor.replay(f"{name}~inert-knobs-again", path, args.world, disable=disable,
                                   extra=dict(traced, knob_seed=seed))
-    if repeat.kind != "done" or inert_knobs.first_difference(_traces(second), _traces(repeat)) is not None:
+    again_second = inert_knobs.first_difference(_traces(second), _traces(repeat))
+    if repeat.kind != "done" or again_second is not None:
         return outcome, notes, ([], _tally(None, "not deterministic: a replay with the second "
                                                  "draw's knobs did not give that draw's "
                                                  "numbers again"), knobs)
