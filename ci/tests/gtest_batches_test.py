@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ci/gtest-batches on real GoogleTest binaries built here: the cases a selection names run in
-batches and pass; a failed case (a parameterised one too), a crashed process and a case past its
+batches and pass, a disabled one does not run; a failed case (a parameterised one too), a crashed process and a case past its
 ctest TIMEOUT each fail the run with the case named and its output kept for ci/failed-test-output;
 the selection's other tests run by ctest; bad usage is exit 2."""
 
@@ -39,6 +39,7 @@ TEST(Good, SeesTheTestsEnvironment) {
   EXPECT_EQ(std::string(mark), "from-ctest");
 }
 TEST(Good, Skips) { GTEST_SKIP() << "skipped on purpose"; }
+TEST(Good, DISABLED_FailsIfRun) { ADD_FAILURE() << "a disabled case was run"; }
 class Sized : public testing::TestWithParam<int> {};
 TEST_P(Sized, Holds) { EXPECT_GE(GetParam(), 0); }
 INSTANTIATE_TEST_SUITE_P(Few, Sized, testing::Values(0, 1, 2, 3, 4, 5));
@@ -101,7 +102,7 @@ class GtestBatches(unittest.TestCase):
         result = run(self.build, "--jobs", "2", "-R", "^(Good|Few/Sized|script_)")
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertIn("9 GoogleTest cases in", result.stdout)
-        self.assertEqual(passed_of(result.stdout), (9, 9), result.stdout)
+        self.assertEqual(passed_of(result.stdout), (9, 9), result.stdout)  # not the disabled case
         self.assertNotIn("FAILED", result.stdout)
         self.assertIn("1 other tests by ctest", result.stdout)
         self.assertTrue(os.path.exists(marker), "the script test was not run")
