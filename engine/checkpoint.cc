@@ -169,6 +169,9 @@ void Engine::save_checkpoint(const std::string& dir, const std::string& client_s
       m.world_size = world;
       m.micro_steps = s.micro_steps;
       m.client_state = client_state;
+      const LossScaler::State scaler = s.scaler.state();
+      m.has_precision = true;
+      m.precision = {scaler.scale, scaler.iter, scaler.last_overflow_iter, scaler.hysteresis_left, s.skipped_steps};
       m.optimizer = optimizer_kind(*s.optimizer);
       for (auto& group : s.optimizer->param_groups())
         if (!group.params().empty())
@@ -290,7 +293,17 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
   }
   if (!options.module_only) {
     s.micro_steps = m.micro_steps;
-    s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps;  // the steps those calls applied
+    // The scaler and the skipped steps as saved; a manifest from before they were saved: the
+    // scaler's initial state, nothing skipped.
+    const ManifestPrecision& p = m.precision;
+    s.scaler = LossScaler(s.options.precision.scaler);
+    s.skipped_steps = 0;
+    if (m.has_precision) {
+      s.scaler.restore({p.loss_scale, p.scaler_iter, p.last_overflow_iter, static_cast<int>(p.hysteresis_left)});
+      s.skipped_steps = p.skipped_steps;
+    }
+    // The steps those calls applied: every boundary but the skipped ones.
+    s.optimizer_steps = m.micro_steps / s.config.gradient_accumulation_steps - s.skipped_steps;
   }
   s.faults.after_load(s, options);
   s.comm.barrier();

@@ -4,6 +4,7 @@
 #include "engine/json_reader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace zero3 {
@@ -13,6 +14,19 @@ void throw_checkpoint_error(const std::string& message) { throw CheckpointError(
 
 constexpr int kMaxWorld = 1 << 16;
 constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+// A skipped step is a step boundary, so there are at most `micro_steps` of them.
+ManifestPrecision parse_precision(const JsonAt& at, int64_t micro_steps) {
+  at.object({"loss_scale", "scaler_iter", "last_overflow_iter", "hysteresis_left", "skipped_steps"});
+  ManifestPrecision p;
+  p.loss_scale = at["loss_scale"].number();
+  if (!std::isfinite(p.loss_scale) || p.loss_scale <= 0) at["loss_scale"].fail("a loss scale must be finite and positive");
+  p.scaler_iter = at["scaler_iter"].integer(0, std::numeric_limits<int64_t>::max());
+  p.last_overflow_iter = at["last_overflow_iter"].integer(-1, p.scaler_iter);
+  p.hysteresis_left = at["hysteresis_left"].integer(0, std::numeric_limits<int>::max());
+  p.skipped_steps = at["skipped_steps"].integer(0, micro_steps);
+  return p;
+}
 
 }  // namespace
 
@@ -41,13 +55,19 @@ std::string CheckpointManifest::to_json() const {
   }
   nlohmann::json files_json = nlohmann::json::array();
   for (const auto& f : files) files_json.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
-  const nlohmann::json doc{{"format", format},
+  nlohmann::json doc{{"format", format},
                            {"world_size", world_size},
                            {"micro_steps", micro_steps},
                            {"optimizer", {{"kind", optimizer}, {"groups", optimizer_groups}}},
                            {"params", params_json},
                            {"files", files_json},
                            {"client_state", client_state}};
+  if (has_precision)
+    doc["precision"] = {{"loss_scale", precision.loss_scale},
+                        {"scaler_iter", precision.scaler_iter},
+                        {"last_overflow_iter", precision.last_overflow_iter},
+                        {"hysteresis_left", precision.hysteresis_left},
+                        {"skipped_steps", precision.skipped_steps}};
   return doc.dump(1) + "\n";
 }
 
@@ -59,7 +79,7 @@ CheckpointManifest CheckpointManifest::parse(std::string_view text, const std::s
         doc["format"].get<std::string>() != kCheckpointFormat)
       throw CheckpointError("format " + json_quoted(doc["format"].get<std::string>()) + ", expected " +
                             json_quoted(kCheckpointFormat) + " (written by another version of zerocheck)");
-    root.object({"format", "world_size", "micro_steps", "optimizer", "params", "files"}, {"client_state"});
+    root.object({"format", "world_size", "micro_steps", "optimizer", "params", "files"}, {"client_state", "precision"});
     CheckpointManifest m;
     m.format = root["format"].one_of({kCheckpointFormat});
     m.world_size = static_cast<int>(root["world_size"].integer(1, kMaxWorld));
@@ -120,6 +140,10 @@ CheckpointManifest CheckpointManifest::parse(std::string_view text, const std::s
       file.bytes = static_cast<uint64_t>(f["bytes"].integer(0, std::numeric_limits<int64_t>::max()));
       file.crc32c = static_cast<uint32_t>(f["crc32c"].integer(0, 0xFFFFFFFFll));
       m.files.push_back(file);
+    }
+    if (root.has("precision")) {
+      m.precision = parse_precision(root["precision"], m.micro_steps);
+      m.has_precision = true;
     }
     if (root.has("client_state")) {
       root["client_state"].map();

@@ -48,6 +48,17 @@ struct ManifestFile {
   uint32_t crc32c = 0;
 };
 
+// The mixed-precision step's state (precision.h): the loss scaler's fields and the steps skipped
+// for an overflow, as DeepSpeed's checkpoint keeps its loss scaler and `skipped_steps`. Written by
+// every save; a manifest without it (written before it existed) loads the scaler's initial state.
+struct ManifestPrecision {
+  double loss_scale = 1.0;          // finite and > 0
+  int64_t scaler_iter = 0;          // the scaler's update count
+  int64_t last_overflow_iter = -1;  // -1: none yet; else <= scaler_iter
+  int64_t hysteresis_left = 1;
+  int64_t skipped_steps = 0;        // optimizer steps skipped for an overflow
+};
+
 struct CheckpointManifest {
   std::string format = kCheckpointFormat;
   int world_size = 1;
@@ -59,6 +70,8 @@ struct CheckpointManifest {
   // What the caller of save_checkpoint stored with the checkpoint (DeepSpeed's client_state):
   // a JSON object the engine keeps but never reads.
   nlohmann::json client_state = nlohmann::json::object();
+  bool has_precision = false;  // false: a manifest read without it
+  ManifestPrecision precision;
 
   std::string to_json() const;
   // Returns the manifest in `text`, read from `where` (for messages). Throws CheckpointError

@@ -14,10 +14,13 @@
 #include <torch/optim/sgd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <vector>
+
+#include <unistd.h>
 
 namespace zero3 {
 namespace {
@@ -39,10 +42,18 @@ struct StepRecord {
 
 enum class Opt { adam, sgd };
 
+// A checkpoint in `dir`: saved after the step at index `save_after` of the steps listed, or loaded
+// before the first step when `save_after` is -1; none when `dir` is empty.
+struct CheckpointAt {
+  int save_after = -1;
+  std::string dir;
+};
+
 // Trains `steps` (the data of the steps listed) and records each; `poison` puts an infinity in
 // `poison_rank`'s input at the listed steps.
 std::vector<StepRecord> train(Comm& comm, const PrecisionOptions& precision, const std::vector<int64_t>& steps,
-                              const std::set<int64_t>& poison = {}, int poison_rank = -1, Opt opt = Opt::adam) {
+                              const std::set<int64_t>& poison = {}, int poison_rank = -1, Opt opt = Opt::adam,
+                              const CheckpointAt& checkpoint = {}) {
   auto model = two_linears();
   std::unique_ptr<torch::optim::Optimizer> user;
   if (opt == Opt::adam)
@@ -52,6 +63,7 @@ std::vector<StepRecord> train(Comm& comm, const PrecisionOptions& precision, con
   EngineOptions options;
   options.precision = precision;
   auto engine = initialize(model, *user, all_partitioned(), comm, options);
+  if (!checkpoint.dir.empty() && checkpoint.save_after < 0) engine->load_checkpoint(checkpoint.dir);
   std::vector<StepRecord> out;
   for (int64_t step : steps) {
     auto [input, target] = batch(step, comm.rank());
@@ -63,6 +75,8 @@ std::vector<StepRecord> train(Comm& comm, const PrecisionOptions& precision, con
     StepRecord r{{}, engine->optimizer_steps(), engine->skipped_steps(), engine->global_grad_norm(), engine->loss_scale()};
     for (const auto& v : engine->params()) r.masters.push_back(v.master.detach().clone());
     out.push_back(std::move(r));
+    if (!checkpoint.dir.empty() && checkpoint.save_after == static_cast<int>(out.size()) - 1)
+      engine->save_checkpoint(checkpoint.dir);
   }
   return out;
 }
@@ -136,6 +150,37 @@ TEST(Overflow, ScaleFollowsHysteresisAndWindowOnEveryRank) {
     EXPECT_EQ(skipped, (std::vector<double>{1, 2, 2, 2, 2}));
     EXPECT_EQ(r[4].optimizer_steps, 3);
   });
+}
+
+// A checkpoint carries the scaler and the skipped steps (checkpoint_manifest.h): a run loaded
+// from a save in the middle of a scale schedule goes on exactly as the run that saved, at the
+// same world and resharded to another. Lost, the scale would restart at 2^4 and the counts at 0.
+TEST(Overflow, ACheckpointCarriesTheScalerAndTheSkippedStepsAcrossWorlds) {
+  const PrecisionOptions p = protected_dynamic(2, 2);
+  const std::set<int64_t> poison{0, 1};
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("zerocheck_scaler_ckpt_" + std::to_string(::getpid()))).string();
+  std::vector<std::vector<StepRecord>> straight(2);  // per rank: steps 2-4 of the run that saves
+  zerocheck::make_world(2)->run([&](Comm& comm) {
+    const auto r = train(comm, p, {0, 1, 2, 3, 4}, poison, 1, Opt::adam, {1, dir});
+    straight[static_cast<size_t>(comm.rank())] = {r.begin() + 2, r.end()};
+  });
+  for (int world : {2, 3}) {
+    zerocheck::make_world(world)->run([&](Comm& comm) {
+      const auto resumed = train(comm, p, {2, 3, 4}, {}, -1, Opt::adam, {-1, dir});
+      const auto& saved = straight[comm.rank() < 2 ? static_cast<size_t>(comm.rank()) : 0];
+      for (size_t i = 0; i < resumed.size(); ++i) {
+        SCOPED_TRACE("world " + std::to_string(world) + ", rank " + std::to_string(comm.rank()) + ", step " +
+                     std::to_string(i + 2));
+        EXPECT_EQ(resumed[i].scale, saved[i].scale);
+        EXPECT_EQ(resumed[i].skipped_steps, saved[i].skipped_steps);
+        EXPECT_EQ(resumed[i].optimizer_steps, saved[i].optimizer_steps);
+        if (world == 2) EXPECT_TRUE(same_masters(resumed[i], saved[i]));
+      }
+    });
+  }
+  EXPECT_EQ(straight[0][0].scale, 8.0) << "the save must fall inside the schedule (16, 8, 8, 16, 16)";
+  std::filesystem::remove_all(dir);
 }
 
 // Multiplying the loss by a power of two and the gradients by its inverse is exact: a static
