@@ -175,7 +175,9 @@ TEST(Overflow, ACheckpointCarriesTheScalerAndTheSkippedStepsAcrossWorlds) {
         EXPECT_EQ(resumed[i].scale, saved[i].scale);
         EXPECT_EQ(resumed[i].skipped_steps, saved[i].skipped_steps);
         EXPECT_EQ(resumed[i].optimizer_steps, saved[i].optimizer_steps);
-        if (world == 2) EXPECT_TRUE(same_masters(resumed[i], saved[i]));
+        if (world == 2) {
+          EXPECT_TRUE(same_masters(resumed[i], saved[i]));
+        }
       }
     });
   }
