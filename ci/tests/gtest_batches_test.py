@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ci/gtest-batches on real GoogleTest binaries built here: the cases a selection names run in
 batches and pass, a disabled one does not run; a failed case (a parameterised one too), a crashed process and a case past its
-ctest TIMEOUT each fail the run with the case named and its output kept for ci/failed-test-output;
+ctest TIMEOUT, and a process silent outside any case, each fail the run with the case named and its output kept for ci/failed-test-output;
 the selection's other tests run by ctest; bad usage is exit 2."""
 
 import os
@@ -21,7 +21,7 @@ project(batches CXX)
 enable_testing()
 find_package(GTest REQUIRED)
 include(GoogleTest)
-foreach(name good bad crash hang)
+foreach(name good bad crash hang exit_hang)
   add_executable(${name} ${name}.cc)
   target_link_libraries(${name} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name} PROPERTIES TIMEOUT 3 ENVIRONMENT "BATCH_MARK=from-ctest")
@@ -66,6 +66,18 @@ TEST(Hang, SleepsPastItsTimeout) { std::this_thread::sleep_for(std::chrono::seco
 """
 
 
+EXIT_HANG = """#include <gtest/gtest.h>
+#include <chrono>
+#include <thread>
+// Only after the case ran: gtest_discover_tests lists the cases at build time, and must not hang.
+bool ran = false;
+struct SleepsAtExit {
+  ~SleepsAtExit() { if (ran) std::this_thread::sleep_for(std::chrono::seconds(60)); }
+} sleeper;
+TEST(ExitHang, PassesThenHangsAtExit) { ran = true; }
+"""
+
+
 def passed_of(stdout):
     """(cases passed, cases run) summed over the batches' lines."""
     counts = [tuple(map(int, m.groups())) for m in re.finditer(r"(\d+)/(\d+) cases passed", stdout)]
@@ -80,7 +92,8 @@ class GtestBatches(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.project = CtestProject("zerocheck-batches-", PROJECT,
-                                   {"good.cc": GOOD, "bad.cc": BAD, "crash.cc": CRASH, "hang.cc": HANG},
+                                   {"good.cc": GOOD, "bad.cc": BAD, "crash.cc": CRASH, "hang.cc": HANG,
+                                    "exit_hang.cc": EXIT_HANG},
                                    compile=True, run=False)
         cls.build = cls.project.build
 
@@ -133,6 +146,13 @@ class GtestBatches(unittest.TestCase):
         self.assertLess(time.monotonic() - began, 30, "the 3 s timeout was not applied")
         self.assertEqual(result.returncode, 1, result.stdout)
         self.assertIn("Hang.SleepsPastItsTimeout ran past its timeout (3 s)", result.stdout)
+
+    def test_a_hang_outside_any_case_is_killed_and_fails(self):
+        began = time.monotonic()
+        result = run(self.build, "-R", "^ExitHang")
+        self.assertLess(time.monotonic() - began, 30, "the silence outside the cases was not bounded")
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("printed nothing for 3 s outside any case", result.stdout)
 
     def test_bad_usage_is_exit_2(self):
         self.assertEqual(run().returncode, 2)
