@@ -2,7 +2,7 @@
 """ci/gtest-batches on real GoogleTest binaries built here: the cases a selection names run in
 batches and pass, a disabled one does not run; a failed case (a parameterised one too), a crashed process and a case past its
 ctest TIMEOUT, and a process silent outside any case, each fail the run with the case named and its output kept for ci/failed-test-output;
-the selection's other tests run by ctest; bad usage is exit 2."""
+the selection's other tests run by ctest; bad usage is exit 2, --help exit 0."""
 
 import os
 import re
@@ -154,8 +154,11 @@ class GtestBatches(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stdout)
         self.assertIn("printed nothing for 3 s outside any case", result.stdout)
 
-    def test_bad_usage_is_exit_2(self):
+    def test_bad_usage_is_exit_2_and_help_exit_0(self):
         self.assertEqual(run().returncode, 2)
+        helped = run("--help")
+        self.assertEqual(helped.returncode, 0)
+        self.assertIn("CTEST_SELECTION_ARGS", helped.stdout)
         self.assertEqual(run(os.path.join(self.build, "nowhere")).returncode, 2)
         wrong_jobs = run(self.build, "--jobs", "none")
         self.assertEqual(wrong_jobs.returncode, 2)
