@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """ci/gtest-batches on real GoogleTest binaries built here: the cases a selection names run in
-batches and pass, a disabled one does not run; a failed case (a parameterised one too), a crashed process and a case past its
-ctest TIMEOUT, and a process silent outside any case, each fail the run with the case named and its output kept for ci/failed-test-output;
-the selection's other tests run by ctest; bad usage is exit 2, --help exit 0."""
+batches and pass, and a disabled one does not run; a failed case (a parameterised one too), a
+crashed process, a case past its ctest TIMEOUT and a process silent outside any case each fail
+the run, the case named and its output kept for ci/failed-test-output; the selection's other
+tests run by ctest; bad usage is exit 2, --help exit 0."""
 
 import os
 import re
