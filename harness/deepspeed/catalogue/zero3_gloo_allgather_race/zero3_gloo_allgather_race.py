@@ -54,6 +54,10 @@ if PLAIN:
     late = plain_gathers(expected, rank)
     print(f"[rank {rank}] {late} of {TRIALS} plain gathers returned early", flush=True)
     print("REPRODUCED" if late else "NOT REPRODUCED")
+    # Both ranks done before the process group goes: left to the interpreter's exit, its teardown
+    # aborted a rank now and then ("terminate called without an active exception").
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
     sys.exit(1 if late else 0)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 config = {"train_micro_batch_size_per_gpu": 1, "zero_allow_untested_optimizer": True,
