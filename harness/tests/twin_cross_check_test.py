@@ -18,6 +18,7 @@ sum is the same. The upstream ctests show DeepSpeed v0.14.5 and master equal tha
 mlp_sgd_world2 (I3 at tolerance 0), so on it our engine and DeepSpeed hold the same parameters.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -102,6 +103,8 @@ def cxx_optimizer(scenario, params):
 def python_numbers(scenario, rules=twin.ZEROCHECK):
     """The C++ interpreter's rules for its dense twin, followed op by op with the Python twin."""
     model = build_tree(scenario).root
+    # The clip the scenario writes (none: off, the C++ engine's default); both twins clip alike.
+    rules = dataclasses.replace(rules, gradient_clipping=scenario.config.get("gradient_clipping", 0.0))
     dense = twin.DenseTwin(
         model, scenario.world_size, rules,
         scenario.config["gradient_accumulation_steps"],

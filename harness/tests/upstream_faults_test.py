@@ -198,6 +198,17 @@ MOMENTS_ZEROED = [Edit(
     "                        _zc_value.zero_()\n"
     "        # restore fp32 partitions\n")]
 
+# The clip's global norm left unreduced: each rank clips its partitions by the norm of its own
+# (the SUM all-reduce over the data-parallel group skipped; the group argument's name moved).
+def clip_norm_own_partition(group):
+    anchor = ("                total_norm_cuda = torch.sum(torch.pow(torch.stack(grad_norms), 2))\n\n"
+              f"            dist.all_reduce(total_norm_cuda, op=dist.ReduceOp.SUM, group={group})\n")
+    return [Edit(STAGE3, anchor, anchor.replace(
+        "            dist.all_reduce(",
+        f"            if not {planted('clip-norm-of-own-partition')}:\n"
+        "                dist.all_reduce(", 1))]
+
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -253,6 +264,11 @@ FAULTS = {
         "v0.14": RELEASE_KEEPS_GATHER, "master": RELEASE_KEEPS_GATHER}),
     "optimizer-moments-zeroed-on-load": ("I3", "adam_load_moments_not_restored", {
         "v0.14": MOMENTS_ZEROED, "master": MOMENTS_ZEROED}),
+    # gradient_clipping 1e-3 binds at every step; the clip's norm is this rank's own (I3, now
+    # that the twin follows ZeRO-3's clip).
+    "clip-norm-of-own-partition": ("I3", "sgd_clip_binding", {
+        "v0.14": clip_norm_own_partition("self.dp_process_group"),
+        "master": clip_norm_own_partition("process_group")}),
 }
 CONTROL = "sgd_control"  # no fault: no finding
 # Scenarios of faults not replayed again per invariant switched off (the ablation shows each of
@@ -260,7 +276,8 @@ CONTROL = "sgd_control"  # no fault: no finding
 NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
                "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
                "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
-               "sgd_two_linears_release_skipped", "adam_load_moments_not_restored"}
+               "sgd_two_linears_release_skipped", "adam_load_moments_not_restored",
+               "sgd_clip_binding"}
 ABLATED = ("I3", "I4", "I6", "I9")
 # The planted look-alikes of the Gloo all_gather race (check 5), each with the invariants whose
 # root causes must be the race's rows, and the race's bug in the table.

@@ -24,13 +24,16 @@ from ..model import twin
 from ..model.tree import TakesRoute
 from ..oracles import fingerprint
 from ..oracles.engine_state import EngineState, ParamState, StateUnavailable
+from ..scenario.config import precision_column, precision_in_effect
 from . import zero3_inside
 from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 
 
 # The precision keys the adapter sets when a scenario leaves them out (scenario/config.py
-# precision_in_effect reports them as "adapter"): master's default gradient_clipping is 1.0, and
-# clipping rescales by DeepSpeed's own norm order, which the twin does not follow yet (issue 40).
+# precision_in_effect reports them as "adapter"): master's default gradient_clipping is 1.0. The
+# replay's twin follows ZeRO-3's clip, but the repro scripts' twin (repro_runtime.Twin) does not
+# clip, nor does the replay's twin follow ZeRO-1/2's fp32 norm (--stage 1, 2): without the pin
+# both would lose I3 on master.
 PINNED_WHEN_ABSENT = {"gradient_clipping": 0.0}
 
 
@@ -167,7 +170,11 @@ class DeepSpeedAdapter(Adapter):
         # Master divides the gradient arriving at the engine's outputs by the accumulation
         # steps (a hook); v0.14.5 divides the loss (engine.py `_scale_loss_by_gas`).
         scaling = "output_gradient" if hasattr(engine, "_backward_prologue_per_tensor") else "loss"
-        return twin.deepspeed_training(stage, scaling)
+        # The clip DeepSpeed gets (the scenario's, else the version's default or the pin), and
+        # what a non-finite norm becomes on this version (twin.deepspeed_training).
+        clipping = precision_in_effect(config, self.version(), PINNED_WHEN_ABSENT)["gradient_clipping"][0]
+        nonfinite = float("nan") if precision_column(self.version()) == "v0.14.5" else 1.0
+        return twin.deepspeed_training(stage, scaling, clipping, nonfinite)
 
     def observe(self, engine):
         module = getattr(engine, "module", None)

@@ -3,8 +3,8 @@
 Every rank's micro-batch runs through the one copy and gets its own gradient; the gradients are
 reduced over the ranks and accumulated over micro-steps the way the engine under test does it,
 and the optimizer steps whole tensors at each accumulation boundary. With the right rules (a
-`Training` row) the twin equals DeepSpeed ZeRO bit for bit at world 2, fp32, without clipping,
-and equals zerocheck's C++ dense twin bit for bit at any world size.
+`Training` row) the twin equals DeepSpeed ZeRO bit for bit at world 2 in fp32 (with ZeRO-3's gradient
+clipping: `clip_gradients`), and equals zerocheck's C++ dense twin bit for bit at any world size.
 
 This module needs torch and nothing else (not this package): the replay uses it, and repro
 scripts can carry a copy.
@@ -19,10 +19,12 @@ How DeepSpeed trains, as measured (harness/deepspeed/README.md, "Numerics", has 
 | gradients start afresh | at zero_grad (zeroed, still stepped) | after each optimizer step | after each optimizer step | after each optimizer step |
 | engine.zero_grad() | zeroes the accumulated gradients | no effect on the reduced partitions | no effect on the reduced partitions | drops each rank's local accumulation (module .grad) |
 | a parameter without a gradient | skipped until it first gets one | stepped with zeros (flat partitions) | stepped with zeros | stepped with zeros |
+| gradient clipping at a boundary | `clip_gradients` | `clip_gradients`, norm sentinel per version | not followed (fp32 norm) | not followed (fp32 norm) |
 
 A step counts as a micro-step; only every GAS-th one (the boundary) updates the parameters.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,12 @@ class Training:
     reset_after_step: bool  # gradients start afresh after an optimizer step
     zero_grad_effect: str  # "zeros" (zeroed, kept), "none" (dropped), "nothing", "local"
     step_without_gradient: bool  # a trainable parameter without gradient steps with zeros
+    # The clip in effect (0: off) and whether the twin follows it (clip_gradients): DeepSpeed
+    # ZeRO-1/2 reduce the norm in fp32 over partitions of the flat buffer, which it does not.
+    gradient_clipping: float = 0.0
+    clip_followed: bool = True
+    # What a non-finite global norm becomes before the clip (None: stays): DeepSpeed's sentinel.
+    nonfinite_norm: float = None
 
 
 ZEROCHECK = Training("zerocheck", divide_before_sum=False, reduce_each_backward=True,
@@ -53,23 +61,25 @@ TORCH = Training("torch", divide_before_sum=False, reduce_each_backward=True, ga
                  reset_after_step=False, zero_grad_effect="none", step_without_gradient=False)
 
 
-def deepspeed_training(stage, gas_scaling):
-    """DeepSpeed ZeRO `stage` (1, 2, 3) whose accumulation scaling is `gas_scaling`."""
+def deepspeed_training(stage, gas_scaling, gradient_clipping=0.0, nonfinite_norm=None):
+    """DeepSpeed ZeRO `stage` (1, 2, 3) whose accumulation scaling is `gas_scaling`, clipping at
+    `gradient_clipping` (0: off) with a non-finite norm read as `nonfinite_norm`: v0.14.5's
+    `inf_or_nan * -1 + ...` gives NaN (runtime/zero/stage3.py:1766-1771 (v0.14.5)), master's
+    torch.where gives -1, which the group norm turns into 1.0 (`:2304-2309,2618` (master); one
+    sub-group, as the twin's models have)."""
     return Training(f"deepspeed-stage{stage}-{gas_scaling}", divide_before_sum=True,
                     reduce_each_backward=stage >= 2, gas_scaling=gas_scaling,
                     reset_after_step=True, zero_grad_effect="local" if stage == 1 else "nothing",
-                    step_without_gradient=True)
+                    step_without_gradient=True, gradient_clipping=gradient_clipping,
+                    clip_followed=stage == 3, nonfinite_norm=nonfinite_norm)
 
 
 def precision_not_followed(config):
     """Returns the precision keys of DeepSpeed's `config` that change its numbers and that this
-    twin does not compute yet ((): none). It computes fp32 without clipping; bf16/fp16 casts, a
-    16-bit reduce or accumulation and DeepSpeed's clip are issue 40's next rules. A key left out
-    counts as off: the adapter pins gradient_clipping to 0.0 (deepspeed_adapter.PINNED_WHEN_ABSENT)."""
+    twin does not compute yet ((): none). It computes fp32, with ZeRO-3's clip (Training);
+    bf16/fp16 casts and a 16-bit reduce or accumulation are issue 40's next rules."""
     keys = [f"{section}.enabled" for section in schema.some("config_keys", "bf16", "fp16")
             if config.get(section, {}).get("enabled")]
-    if config.get("gradient_clipping", 0.0) > 0:
-        keys.append("gradient_clipping")
     if config.get("communication_data_type", "fp32") != "fp32":
         keys.append("communication_data_type")
     if config.get("data_types", {}).get("grad_accum_dtype", "fp32") != "fp32":
@@ -90,6 +100,40 @@ def reduce_gradients(grads, world_size, divide_before_sum):
     if total is not None and not divide_before_sum:
         total = total.div(world_size)
     return total
+
+
+def clip_gradients(grads, max_norm, nonfinite_norm=None):
+    """Clips `grads` (the gradients a boundary steps with, in the twin's parameter order) in
+    place to the global norm `max_norm` (0: off) by DeepSpeed's rule, the fp32 loss scale 1
+    (runtime/fp16/loss_scaler.py:214 (v0.14.5), :309 (master)); returns (norm, combined).
+
+    DeepSpeed ZeRO-3 (runtime/zero/stage3.py, v0.14.5 / master): each rank's partition of each
+    gradient `.double().norm(2)`, the squares summed, all-reduced SUM over the ranks, square root
+    (`:1747-1764` / `:2282-2302`), the groups combined by an L2 norm (`:2031` / `:2618`); then
+    `clip = clamp(((N / S) + 1e-6) / C, min=1)`, `grad.mul_(1. / (clip * S))` on the fp32
+    partition (`:2109-2118` / `:2696-2705`): a 0-dim double multiplier, rounded to fp32 as a
+    Python float is here. Not torch's clip_grad_norm_ (max_norm / (norm + 1e-6)).
+
+    The norm here is of whole tensors in double (the C++ engine's and twin's computation, which
+    twin_cross_check holds bit for bit), not per partition: it differs from DeepSpeed's by a
+    double ulp or two (measured at world 2 over 20000 random gradient sets: N differed in 37%,
+    at most 5e-16 relative, and fp32(1 / combined) in none). The clip agrees unless 1 / combined
+    lies within ~1e-15 relative of an fp32 rounding boundary (about 1e-8 of binding steps).
+    """
+    total = torch.zeros(1, dtype=torch.float64)
+    for g in grads:
+        total += g.to(torch.float64).norm(2).pow(2)
+    norm = math.sqrt(total.item())
+    if nonfinite_norm is not None and not math.isfinite(norm):
+        norm = nonfinite_norm
+    if not max_norm > 0:
+        return norm, 1.0
+    factor = ((norm / 1.0) + 1e-6) / max_norm
+    combined = factor if math.isnan(factor) else max(factor, 1.0)  # clamp keeps a NaN
+    if combined != 1.0:
+        for g in grads:
+            g.mul_(1.0 / combined)  # a Python float: torch multiplies in fp32
+    return norm, combined
 
 
 class DenseTwin:
@@ -195,17 +239,19 @@ class DenseTwin:
         self.micro_steps += 1
         if self.micro_steps % self.accumulation_steps != 0:
             return False
-        used = {}
+        # What the engine hands its clip (inside.py compares it before the clip), then the clip.
+        used = {name: (g.clone(), self._magnitude.get(name, torch.zeros_like(g)).clone())
+                for name, g in self._reduced.items()}
         with torch.no_grad():
+            self._clip()
             for name, p in self.params:
                 if not p.requires_grad:
                     continue
                 grad = self._reduced.get(name)
                 if grad is None and self.training.step_without_gradient:
                     grad = torch.zeros_like(p)
+                    used[name] = (grad.clone(), torch.zeros_like(p))
                 p.grad = None if grad is None else grad.clone()
-                if grad is not None:
-                    used[name] = (grad.clone(), self._magnitude.get(name, torch.zeros_like(p)).clone())
         self.last_step = (used, self._reductions)
         if self._optimizer is not None:
             self._optimizer.step()
@@ -214,6 +260,15 @@ class DenseTwin:
         if self.training.reset_after_step:
             self._reduced, self._magnitude, self._reductions = {}, {}, 0
         return True
+
+    def _clip(self):
+        """Clips the accumulated gradients in place, as the engine clips its gradient partitions
+        (zerocheck's keep them clipped until zero_grad)."""
+        rules = self.training
+        if rules.gradient_clipping > 0:
+            clip_gradients([self._reduced[n] for n, p in self.params
+                            if p.requires_grad and n in self._reduced],
+                           rules.gradient_clipping, rules.nonfinite_norm)
 
     def zero_grad(self):
         effect = self.training.zero_grad_effect

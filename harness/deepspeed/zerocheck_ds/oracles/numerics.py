@@ -16,15 +16,16 @@ Tolerance: world 2: none (equal as numbers, a NaN matching a NaN): dividing by 2
 DeepSpeed's sum of g_r / 2 and the twin's give the same bits. At world >= 3 Gloo sums the ranks'
 gradients in an order of its own. Until the first optimizer step nothing reduced has been used,
 so losses and parameters are compared exactly. After the first step the parameters are compared
-within a bound derived for that one step (`_first_step_bound`); from the second step on the two
-trajectories' rounding compounds through the optimizer and the model, which no bound here
-follows: "not checked", with that reason.
+within a bound derived for that one step (`_first_step_bound`; not with gradient clipping in
+effect, whose coefficient comes from a norm summed in another order too); from the second step
+on the two trajectories' rounding compounds through the optimizer and the model, which no bound
+here follows: "not checked", with that reason.
 
 The twin cannot follow every scenario: a submodule target (the user's forward trains the rest
 too), several live engines or an accepted repeated initialize, an operation that raised, a
 backward before any engine, the user's optimizer handed to a second engine, a world size other
-than the scenario's. From then on I3 says "not checked" with the reason; the tallies go into the
-verdict and summary.json. A check never raises: every rank makes the same collectives whatever
+than the scenario's, gradient clipping at ZeRO stage 1 or 2. From then on I3 says "not checked"
+with the reason; the tallies go into the verdict and summary.json. A check never raises: every rank makes the same collectives whatever
 its own checks do, and a check that fails is reported as such (an `op` finding naming the check),
 never as a finding about the engine.
 """
@@ -128,7 +129,7 @@ class NumericChecks:
                              f"{scenario.world_size}")
         unfollowed = twin.precision_not_followed(scenario.config)
         if self._stopped is None and unfollowed:
-            self._stopped = (f"the twin computes fp32 without clipping; in effect: "
+            self._stopped = (f"the twin computes fp32 only; in effect: "
                              f"{', '.join(unfollowed)}")
         self._engine_started = False  # an engine was created (the first one: I4 after initialize)
         self._user_optimizer_wrapped = False
@@ -183,6 +184,10 @@ class NumericChecks:
             self.stop("several live engines")
         if training is None:
             self.stop("the engine's training rules are unknown")
+        elif training.gradient_clipping > 0 and not training.clip_followed:
+            self.stop("gradient_clipping at ZeRO stage 1 or 2: DeepSpeed reduces the clip's norm "
+                      "in fp32 over flat partitions (runtime/zero/stage_1_and_2.py:1698-1706 "
+                      "(v0.14.5)), which the twin does not follow")
         if self._stopped is not None:
             return
         self._training = training
@@ -483,7 +488,10 @@ class NumericChecks:
         run resumed from another world's save: its first step here is not the run's first)."""
         if self.world_size < 3 or self._boundaries == 0:
             return "exact"
-        if self._boundaries == 1 and self._boundaries_before_engine == 0 and not self._resumed:
+        # The bound follows the sum order, not a clip coefficient computed from another norm.
+        clips = self._training is not None and self._training.gradient_clipping > 0
+        if (self._boundaries == 1 and self._boundaries_before_engine == 0 and not self._resumed
+                and not clips):
             return "bounded"
         return "unchecked"
 

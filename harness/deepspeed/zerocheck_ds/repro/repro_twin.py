@@ -40,6 +40,8 @@ def fits(plan, target, stage):
     return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
             and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
+            # the script's twin (repro_runtime.Twin) does not clip; absent, the adapter pins 0
+            and not s.config.get("gradient_clipping", 0.0) > 0
             and s.construct == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None
