@@ -71,7 +71,8 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
 // key (docs/deepspeed-precision.md section 1 cites each line). A config keeps only the keys
 // written: an absent key means the replayed version's default (they differ: gradient_clipping).
 // This engine computes in fp32: validate() refuses bf16.enabled or fp16.enabled true until its
-// mixed precision lands (issue 40); the other keys are validated and inert in fp32.
+// mixed precision lands (issue 40); gradient_clipping takes effect (precision_in_effect in
+// engine/precision.h); the other keys are validated and inert in fp32.
 #define ZERO3_PRECISION_KEYS(X)                                                                  \
   X(bf16_enabled, "bf16", "enabled", Bool, 0, 0, "false", "false",                             \
     "bf16 parameters, gradients and communication over an fp32 master partition")              \

@@ -210,6 +210,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   const std::vector<ModuleAtPath> tree = unique_modules(model);
   const FaultSeams faults(options.fault);
   check_not_managed(tree, optimizer, faults);
+  options.precision = precision_in_effect(options.precision, config.precision);
   if (const std::string refusal = precision_refusal(options.precision); !refusal.empty())
     throw UsageError("initialize: " + refusal);
 
@@ -317,15 +318,18 @@ bool unscale_and_clip(EngineState& state) {
   at::Tensor sum_sq = at::zeros({1}, at::kDouble);
   for (auto& p : state.params)
     if (counts_in_norm(*p, rank)) sum_sq += p->grad_shard.to(at::kCPU).to(at::kDouble).norm(2).pow(2);
+  const double rank_sum_sq = sum_sq.item<double>();
   state.comm.all_reduce_sum(sum_sq);
   const double scaled_norm = std::sqrt(sum_sq.item<double>());
+  double clip_norm = scaled_norm;
+  state.faults.clip_norm(rank_sum_sq, clip_norm);
   const PrecisionOptions& precision = state.options.precision;
   const bool overflow = precision.check_overflow && !std::isfinite(scaled_norm);
   state.scaler.update(overflow);
   const double scale = state.scaler.scale();
   state.global_grad_norm = scaled_norm / scale;
   if (overflow) return false;
-  const double combined = unscale_and_clip_divisor(scaled_norm, scale, precision.gradient_clipping);
+  const double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
   if (combined != 1.0)
     for (auto& p : state.params)
       if (p->trainable && p->grad_shard.defined()) p->grad_shard.mul_(1.0 / combined);

@@ -1,5 +1,6 @@
 #include "engine/precision.h"
 
+#include "engine/config.h"
 #include "engine/errors.h"
 
 #include <ATen/ATen.h>
@@ -29,6 +30,17 @@ std::string precision_refusal(const PrecisionOptions& o) {
       return "precision: initial_scale_power must be in 0..126";
   }
   return "";
+}
+
+PrecisionOptions precision_in_effect(PrecisionOptions options, const PrecisionConfig& config) {
+  if (const auto& clip = config.gradient_clipping) {
+    if (options.gradient_clipping != 0 && options.gradient_clipping != *clip)
+      throw UsageError("initialize: gradient_clipping is " + std::to_string(*clip) + " in the config and " +
+                       std::to_string(options.gradient_clipping) +
+                       " in EngineOptions::precision; set it in one place");
+    options.gradient_clipping = *clip;
+  }
+  return options;
 }
 
 LossScaler::LossScaler(const LossScalerOptions& options)

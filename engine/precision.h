@@ -4,8 +4,8 @@
 //
 // PrecisionOptions travels in EngineOptions (engine.h); its defaults are the engine's fp32
 // behaviour, bit for bit: no loss scale, no overflow check, no clip, no extra collective.
-// The scenario config does not reach it yet: once the config keys (issue 40 item 1) land, the
-// harness maps them onto EngineOptions::precision where it builds the EngineOptions for a rank.
+// A DeepSpeed config's precision keys reach it at initialize (precision_in_effect): today
+// gradient_clipping; the dtype keys wait for bf16 shards.
 //
 // The contract (engine.h states it for the engine): with `check_overflow`, a step whose
 // gradients hold a NaN or an infinity on any rank is skipped on every rank.
@@ -23,6 +23,8 @@ class Tensor;
 }
 
 namespace zero3 {
+
+struct PrecisionConfig;  // engine/config.h
 
 // Which DeepSpeed version's scaler rule decides when a scale doubles
 // (docs/deepspeed-precision.md, "The dynamic scaler"): v0.14.5 doubles after `window` clean
@@ -69,6 +71,14 @@ struct PrecisionOptions {
 
 // Returns a UsageError's message for options this engine cannot run, or "" when it can.
 std::string precision_refusal(const PrecisionOptions& options);
+
+// Returns `options` with the precision keys `config` writes in effect: a DeepSpeed config is
+// how a user sets them, EngineOptions::precision how code does. The fp32 engine takes
+// gradient_clipping (absent: `options`' value, 0 unless code set it: v0.14.5's default, not
+// master's 1.0); config validation refuses bf16/fp16.enabled, and the fp16 scaler keys are
+// inert without fp16, as in DeepSpeed. Throws UsageError naming gradient_clipping when the
+// config and `options` both set it, to different values.
+PrecisionOptions precision_in_effect(PrecisionOptions options, const PrecisionConfig& config);
 
 // DeepSpeed's DynamicLossScaler / LossScaler (runtime/fp16/loss_scaler.py:118-203 (v0.14.5),
 // :264-299 (master)). update() is called once per optimizer step, before the unscale, so the

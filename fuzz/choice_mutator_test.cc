@@ -70,13 +70,14 @@ json joined(const std::vector<json>& groups) {
   return out;
 }
 
-// The ZeRO knobs are drawn last, below the operation units (harness/scenario/draw/
+// The ZeRO knobs and gradient_clipping are drawn last, below the operation units (harness/scenario/draw/
 // draw_scenario.cc): an edit of the units moves the bytes they read, so they go with the operations.
 json without_ops(json scenario) {
   scenario.erase("ops");
   json& zero = scenario["config"]["zero_optimization"];
   zero = json{{"stage", zero["stage"]},
               {"stage3_param_persistence_threshold", zero["stage3_param_persistence_threshold"]}};
+  scenario["config"].erase("gradient_clipping");  // drawn after the operations, as the knobs
   return scenario;
 }
 

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <limits>
 
 namespace zero3 {
@@ -44,6 +45,11 @@ class NanAfterStep final : public PlantedFault {
   }
 };
 
+// The norm is all-reduced and reported as it should be, and each rank clips by its own share.
+class ClipFromRankNorm final : public PlantedFault {
+  void clip_norm(double rank_sum_of_squares, double& norm) const override { norm = std::sqrt(rank_sum_of_squares); }
+};
+
 // The broadcast goes as it should (the traffic is right) and each rank keeps its own copy.
 class GatheredEditNotPublished final : public PlantedFault {
   void edit_received(const at::Tensor& own, at::Tensor& received) const override { received = own; }
@@ -67,6 +73,10 @@ const PlantedFault& step_count_skipped_on_one_rank() {
 }
 const PlantedFault& nan_after_step() {
   static const NanAfterStep fault;
+  return fault;
+}
+const PlantedFault& clip_from_rank_norm() {
+  static const ClipFromRankNorm fault;
   return fault;
 }
 const PlantedFault& gathered_edit_not_published() {

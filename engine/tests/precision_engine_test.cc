@@ -53,7 +53,7 @@ struct CheckpointAt {
 // `poison_rank`'s input at the listed steps.
 std::vector<StepRecord> train(Comm& comm, const PrecisionOptions& precision, const std::vector<int64_t>& steps,
                               const std::set<int64_t>& poison = {}, int poison_rank = -1, Opt opt = Opt::adam,
-                              const CheckpointAt& checkpoint = {}) {
+                              const CheckpointAt& checkpoint = {}, const Config& config = all_partitioned()) {
   auto model = two_linears();
   std::unique_ptr<torch::optim::Optimizer> user;
   if (opt == Opt::adam)
@@ -62,7 +62,7 @@ std::vector<StepRecord> train(Comm& comm, const PrecisionOptions& precision, con
     user = std::make_unique<torch::optim::SGD>(unique_parameters(*model), torch::optim::SGDOptions(1.0));
   EngineOptions options;
   options.precision = precision;
-  auto engine = initialize(model, *user, all_partitioned(), comm, options);
+  auto engine = initialize(model, *user, config, comm, options);
   if (!checkpoint.dir.empty() && checkpoint.save_after < 0) engine->load_checkpoint(checkpoint.dir);
   std::vector<StepRecord> out;
   for (int64_t step : steps) {
@@ -240,6 +240,34 @@ TEST(Clipping, BindsToDeepSpeedsCoefficientAndIsExactlyOffAboveTheNorm) {
     // combined = ((N / 1) + 1e-6) / C: the update's norm is C * N / (N + 1e-6).
     const double expected = tight.gradient_clipping * norm / (norm + 1e-6);
     EXPECT_NEAR(update_norm(comm, start, clipped[0].masters), expected, expected * 1e-6);
+  });
+}
+
+// A DeepSpeed config's gradient_clipping is the clip EngineOptions' is (precision_in_effect);
+// both set, to different values, is refused naming the key before anything changes.
+TEST(Clipping, TheConfigsGradientClippingClipsAsTheOptionsDo) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
+    PrecisionOptions tight;
+    tight.gradient_clipping = 1e-3;
+    const auto by_options = train(comm, tight, {0, 1}, {}, -1, Opt::sgd);
+    Config clipping = all_partitioned();
+    clipping.precision.gradient_clipping = 1e-3;
+    const auto by_config = train(comm, PrecisionOptions(), {0, 1}, {}, -1, Opt::sgd, {}, clipping);
+    const auto unclipped = train(comm, PrecisionOptions(), {0, 1}, {}, -1, Opt::sgd);
+    EXPECT_TRUE(same_masters(by_config[1], by_options[1])) << "rank " << comm.rank();
+    EXPECT_FALSE(same_masters(by_config[1], unclipped[1])) << "the config's clip did not bind";
+
+    auto model = two_linears();
+    torch::optim::SGD user(unique_parameters(*model), torch::optim::SGDOptions(1.0));
+    EngineOptions conflicting;
+    conflicting.precision.gradient_clipping = 2.0;
+    try {
+      initialize(model, user, clipping, comm, conflicting);
+      FAIL() << "two gradient_clipping values accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("gradient_clipping"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(initialize(model, user, clipping, comm));
   });
 }
 

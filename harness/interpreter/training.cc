@@ -80,7 +80,10 @@ OpOutcome step(RankState& state, const Op& op) {
   const auto before = state.stats();
   state.engine->step();
   ++state.micro_steps;
-  state.deferred_traffic = MeasuredTraffic{"step", model::Traffic{}, model::traffic_between(before, state.stats())};
+  const bool boundary = state.micro_steps % state.workload.config.gradient_accumulation_steps == 0;
+  state.deferred_traffic =
+      MeasuredTraffic{"step", model::step_traffic(state.workload.config, boundary, state.comm.world_size()),
+                      model::traffic_between(before, state.stats())};
   if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::step));
   return applied("ok");
 }

@@ -11,6 +11,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace zerocheck::model {
@@ -125,9 +126,33 @@ std::set<std::string> DenseTwin::backward() {
   return with_gradient;
 }
 
+// DeepSpeed's gradient clip at an accumulation boundary, before the optimizer step, with no loss
+// scale (fp32): N = the global norm of the accumulated gradients (double), coefficient
+// max(1, (N + 1e-6) / C), every gradient multiplied by 1 / coefficient rounded to fp32
+// (runtime/zero/stage3.py:2109-2118 (v0.14.5), :2696-2705 (master)); off when C is 0. The twin
+// sums whole tensors, the engine its ranks' slices: the double norms differ in the last bits, so
+// the fp32 multiplier is the same unless it lies within ~1e-15 relative of an fp32 rounding
+// boundary (about 1e-8 of the steps that clip; tolerance stays 0, docs/invariants.md).
+void DenseTwin::clip_gradients() {
+  const double clip = w_.config.precision.gradient_clipping.value_or(0.0);
+  if (!(clip > 0)) return;
+  at::NoGradGuard no_grad;
+  double sum_sq = 0;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.requires_grad() && accum_[i].defined()) {
+      const double norm = accum_[i].to(at::kDouble).norm(2).item<double>();
+      sum_sq += norm * norm;
+    }
+  const double coefficient = (std::sqrt(sum_sq) + 1e-6) / clip;
+  if (coefficient <= 1.0) return;  // torch.clamp(min=1): a NaN norm passes, and poisons, as there
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.requires_grad() && accum_[i].defined()) accum_[i].mul_(1.0 / coefficient);
+}
+
 void DenseTwin::step() {
   pending_.clear();  // a step changes parameters in place: a pending graph is stale
   if (++micro_steps_ % w_.config.gradient_accumulation_steps != 0) return;
+  clip_gradients();
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].second.requires_grad()) params_[i].second.mutable_grad() = accum_[i];
   optimizer_->step();

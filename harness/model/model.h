@@ -196,7 +196,8 @@ Workload workload_of(const Scenario& scenario);
 // The one dense reference: a single copy of the workload's model trained exactly as the engine
 // should train its copy: every rank's micro-batch, gradients summed in rank order and divided by
 // the world size once per backward, accumulated over gradient_accumulation_steps, one optimizer
-// step over whole tensors. On CPU the engine must match it bit for bit (tolerance 0, docs/invariants.md).
+// step over whole tensors, after DeepSpeed's gradient clip when the config sets gradient_clipping.
+// On CPU the engine must match it bit for bit (tolerance 0, docs/invariants.md).
 //
 // Computes on one intra-op thread (use_sequential_kernels, harness/world/world.h), as the ranks.
 class DenseTwin {
@@ -229,6 +230,7 @@ class DenseTwin {
   const std::shared_ptr<zero3::Module>& target() const { return target_; }
 
  private:
+  void clip_gradients();  // the config's gradient_clipping, at a boundary
   const Workload& w_;
   std::shared_ptr<zero3::Module> root_, target_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
@@ -280,6 +282,11 @@ std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, c
 // (ceil(n/N) * N elements), and when its edits are published, a broadcast of each of them,
 // persistent ones included (n elements), in a world of `world_size` ranks.
 Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size);
+// What a step() moves: at an accumulation boundary (`boundary`) with the config's
+// gradient_clipping set, the squared gradient norm all-reduced (one double, counted as 2*N: a
+// reduce-scatter padded to a chunk of 1 plus its all-gather; docs/deepspeed-precision.md section
+// 2 item 6); else nothing.
+Traffic step_traffic(const zero3::Config& config, bool boundary, int world_size);
 
 // Installed on the twin's forward (one rank's), it replays the ZeRO-3 schedule of the spec on the
 // expectation: gather a module's partitioned parameters unless already whole, release them after

@@ -10,6 +10,8 @@
 //   again, once; a trainable partitioned parameter that got a gradient is reduce-scattered (c*N),
 //   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); each placed call
 //   sends the output gradient and the input gradient back (two all-to-alls of rows*features).
+//   step: at an accumulation boundary with gradient_clipping set, the squared gradient norm is
+//   all-reduced (one double, 2*N counted; step_traffic).
 //   Nothing else moves: a model without placed modules or MoE layers all-to-alls nothing, and no
 //   training operation broadcasts.
 #include "harness/model/model.h"
@@ -131,6 +133,12 @@ Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool pu
     if (p->partitioned()) t.all_gather += p->chunk * world_size;
     if (published) t.broadcast += p->numel;
   }
+  return t;
+}
+
+Traffic step_traffic(const zero3::Config& config, bool boundary, int world_size) {
+  Traffic t;
+  if (boundary && config.precision.gradient_clipping.value_or(0.0) > 0) t.all_reduce = 2 * world_size;
   return t;
 }
 

@@ -72,6 +72,7 @@ TEST(DeepFaults, ModuleOnlyLoadResetsAdam) { expect_holds("module-only-load-rese
 TEST(DeepFaults, ZeroGradMidAccumulation) { expect_holds("zero-grad-mid-accumulation"); }
 TEST(DeepFaults, FrozenTiedKeptGathered) { expect_holds("frozen-tied-kept-gathered"); }
 TEST(DeepFaults, PersistentEditFromRank0) { expect_holds("persistent-edit-from-rank0"); }
+TEST(DeepFaults, ClipFromRankNorm) { expect_holds("clip-from-rank-norm"); }
 
 // ---- the model and the oracles by hand --------------------------------------------------------
 

@@ -78,6 +78,11 @@ const std::vector<Row<SizeFrom>> kSizeFrom = {{3, SizeFrom::default_value}, {2, 
 const std::vector<Row<int64_t>> kOffByOne = {{1, 0}, {1, -1}, {1, 1}};
 // A flag keeps DeepSpeed's default first (the smallest choice), else the other value.
 const std::vector<Row<bool>> kFlagKeepsDefault = {{3, true}, {1, false}};
+// gradient_clipping: absent first (the replayed version's default: 0 here and on v0.14.5, 1.0 on
+// master), else off, or a bound that clips every step (1e-3: these models' gradient norms are
+// 0.01-10), one that clips some steps, master's default, and one that never clips.
+const std::vector<Row<std::optional<double>>> kGradientClipping = {
+    {4, std::nullopt}, {1, 0.0}, {2, 1e-3}, {1, 0.1}, {1, 1.0}, {1, 100.0}};
 const std::vector<Row<zero3::PlacementSpec::Kind>> kPlacements = {
     {3, zero3::PlacementSpec::Kind::none}, {2, zero3::PlacementSpec::Kind::attr_mod}, {1, zero3::PlacementSpec::Kind::map}};
 // Offsets of odd shapes: one element, a prime, zero-size, fewer elements than some worlds have ranks.
@@ -235,8 +240,10 @@ class Draw {
       for (Op& o : unit)
         if (s.ops.size() < limits_.max_ops) s.ops.push_back(std::move(o));
     }
-    // Drawn last, so the bytes before them decode to the scenarios they did before the knobs.
+    // Drawn last, so the bytes before them decode to the scenarios they did before the knobs
+    // (and before the precision keys).
     zero_knobs(s.config.zero_optimization, modules);
+    s.config.precision.gradient_clipping = pick(c_, kGradientClipping);
     return s;
   }
 
