@@ -228,6 +228,14 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
                             ", this model has '" + p.path + "' " + c10::str(c10::IntArrayRef(p.shape)) +
                             (p.trainable ? "" : " frozen") + " (a checkpoint of another model)");
   }
+  // The manifest alone bounds the skipped steps by the step() calls; the steps they skipped are
+  // boundaries under this engine's accumulation, which the manifest does not record.
+  const int64_t boundaries = m.micro_steps / s.config.gradient_accumulation_steps;
+  if (!options.module_only && m.has_precision && m.precision.skipped_steps > boundaries)
+    throw CheckpointError(where + ": $.precision.skipped_steps is " + std::to_string(m.precision.skipped_steps) +
+                          ", more than the " + std::to_string(boundaries) + " optimizer steps of " +
+                          std::to_string(m.micro_steps) + " step() calls at gradient_accumulation_steps " +
+                          std::to_string(s.config.gradient_accumulation_steps));
   const bool with_optimizer = options.restores_optimizer_state();
   const std::string kind = optimizer_kind(*s.optimizer);
   if (with_optimizer && m.optimizer != kind)

@@ -185,6 +185,41 @@ TEST(Overflow, ACheckpointCarriesTheScalerAndTheSkippedStepsAcrossWorlds) {
   std::filesystem::remove_all(dir);
 }
 
+// A manifest bounds its skipped steps by the step() calls alone; a load bounds them by the
+// optimizer steps those calls make under the loading engine's accumulation and refuses more
+// (the optimizer step count would go negative), naming the field, before anything changes.
+TEST(Overflow, ALoadRefusesMoreSkippedStepsThanItsAccumulationMakesOptimizerSteps) {
+  const PrecisionOptions p = protected_dynamic(2, 2);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("zerocheck_skipped_ckpt_" + std::to_string(::getpid()))).string();
+  zerocheck::make_world(2)->run([&](Comm& comm) {
+    const auto r = train(comm, p, {0, 1}, {0, 1}, 1, Opt::adam, {1, dir});  // both skipped, saved
+    EXPECT_EQ(r[1].skipped_steps, 2);
+  });
+  zerocheck::make_world(2)->run([&](Comm& comm) {
+    auto model = two_linears();
+    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.01));
+    Config accumulating = all_partitioned();
+    accumulating.gradient_accumulation_steps = 2;  // 2 step() calls: 1 optimizer step
+    EngineOptions options;
+    options.precision = p;
+    auto engine = initialize(model, user, accumulating, comm, options);
+    std::vector<at::Tensor> before;
+    for (const auto& v : engine->params()) before.push_back(v.master.detach().clone());
+    try {
+      engine->load_checkpoint(dir);
+      ADD_FAILURE() << "2 skipped steps of 1 optimizer step loaded";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("$.precision.skipped_steps is 2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(engine->skipped_steps(), 0);
+    EXPECT_EQ(engine->optimizer_steps(), 0);
+    const auto after = engine->params();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(at::equal(after[i].master, before[i])) << i;
+  });
+  std::filesystem::remove_all(dir);
+}
+
 // Multiplying the loss by a power of two and the gradients by its inverse is exact: a static
 // scale of 1024 trains bit-identically to none, which checks that the unscale undoes the scale.
 TEST(LossScale, StaticPowerOfTwoScaleIsExactlyUndone) {
