@@ -10,6 +10,7 @@
 #include "harness/scenario/draw/draw_scenario.h"
 #include "harness/scenario/draw/fdp_chooser.h"
 #include "harness/scenario/draw/rc_chooser.h"
+#include "harness/scenario/scenario.h"
 
 #include <fmt/format.h>
 #include <rapidcheck.h>
@@ -18,7 +19,9 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zerocheck {
@@ -73,6 +76,23 @@ Classes classify(const Scenario& s) {
         s.ops.empty() ? 0 : count / static_cast<double>(s.ops.size());
   }
   out["ops / max_ops"] = static_cast<double>(s.ops.size()) / kMaxOps;
+  // The ZeRO knobs and gradient_clipping, drawn after the operations: at DeepSpeed's default, at
+  // the smallest value the knob takes, or near one of the scenario's sizes (the rest).
+  const zero3::ZeroOptimizationConfig& zero = s.config.zero_optimization;
+#define ZEROCHECK_CLASSIFY_SIZE(key, def, lo, hi, doc)                                              \
+  if (std::string_view(#key) != "stage" && std::string_view(#key) != "stage3_param_persistence_threshold") { \
+    out["knob " #key " default"] = zero.key == (def);                                               \
+    out["knob " #key " smallest"] = zero.key == (lo);                                               \
+  }
+  ZERO3_ZERO_INT_KEYS(ZEROCHECK_CLASSIFY_SIZE)
+#undef ZEROCHECK_CLASSIFY_SIZE
+#define ZEROCHECK_CLASSIFY_FLAG(key, def, doc) out["flag " #key " default"] = zero.key == (def);
+  ZERO3_ZERO_BOOL_KEYS(ZEROCHECK_CLASSIFY_FLAG)
+#undef ZEROCHECK_CLASSIFY_FLAG
+  const auto& clip = s.config.precision.gradient_clipping;
+  for (double value : {0.0, 1e-3, 0.1, 1.0, 100.0})
+    out[fmt::format("gradient_clipping {}", value)] = clip && *clip == value;
+  out["gradient_clipping absent"] = !clip;
   return out;
 }
 
@@ -124,7 +144,7 @@ std::vector<Scenario> draw_with_fuzz_bytes() {
 // difference, sqrt(var_rc / n + var_fdp / n): for an indicator that is the binomial standard
 // error sqrt(p (1 - p) / n) of each side; for a per-scenario share the sample variance also
 // carries the correlation of operations within a scenario (a training step is three of them).
-// At 4.5 sigma a row fails by chance with probability 7e-6 (about 3e-4 over the table's ~45 rows),
+// At 4.5 sigma a row fails by chance with probability 7e-6 (about 6e-4 over the table's ~85 rows),
 // and the seeds are fixed, so the test is deterministic; a weight changed in one chooser alone
 // (forward 6 -> 5 of 28, a share moving by 0.03) fails it.
 TEST(DrawDistribution, RapidcheckAndFuzzChoosersDrawTheSameLanguage) {
@@ -144,6 +164,70 @@ TEST(DrawDistribution, RapidcheckAndFuzzChoosersDrawTheSameLanguage) {
   }
   std::cout << fmt::format("{} scenarios per chooser, max_ops {}:\n", kCases, kMaxOps) << table;
   EXPECT_TRUE(failures.empty()) << "the choosers' distributions differ:\n" << failures;
+}
+
+// The sizes a scenario has, where DeepSpeed's bucket and prefetch arithmetic turns: each
+// parameter's numel and its partition ceil(numel / W), and the running totals of the numels in
+// the tree's pre-order and in reverse (a bucket filling in forward or in backward order).
+std::set<int64_t> sizes_of(const Scenario& s) {
+  std::vector<int64_t> numels;
+  for (const auto& entry : zero3::unique_modules(build_tree(s)))
+    for (const auto& [name, param] : entry.module->own_parameters()) numels.push_back(param.numel());
+  std::set<int64_t> out;
+  int64_t forward = 0, backward = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    out.insert(numels[i]);
+    out.insert((numels[i] + s.world_size - 1) / s.world_size);
+    out.insert(forward += numels[i]);
+    out.insert(backward += numels[numels.size() - 1 - i]);
+  }
+  return out;
+}
+
+// The size knobs land where off-by-one bugs live (draw_scenario.cc, kSizeFrom), not uniformly
+// over 1..5e8: a drawn value that is neither DeepSpeed's default nor the smallest the knob takes
+// is on, one below or one above a size of its scenario, every time, and each of the three is
+// drawn; defaults and other sizes are drawn too.
+TEST(DrawDistribution, SizeKnobsLandOnJustBelowAndJustAboveTheScenariosSizes) {
+  std::mt19937 random(20261204);
+  std::vector<uint8_t> bytes(kInputBytes);
+  int64_t knobs = 0, at_default = 0, smallest = 0, near = 0, on = 0, below = 0, above = 0;
+  std::string elsewhere;
+  for (int i = 0; i < 5000; ++i) {
+    for (auto& b : bytes) b = static_cast<uint8_t>(random());
+    FdpChooser chooser(bytes.data(), bytes.size());
+    const Scenario s = draw_scenario(chooser, limits());
+    const std::set<int64_t> sizes = sizes_of(s);
+    const zero3::ZeroOptimizationConfig& zero = s.config.zero_optimization;
+    const auto classify_knob = [&](const char* key, int64_t value, int64_t def, int64_t lo) {
+      ++knobs;
+      if (value == def) return void(++at_default);
+      if (value == lo) return void(++smallest);
+      const bool is_on = sizes.count(value) > 0, is_below = sizes.count(value + 1) > 0,
+                 is_above = sizes.count(value - 1) > 0;
+      if (!is_on && !is_below && !is_above) {
+        if (elsewhere.size() < 2000) elsewhere += fmt::format("  case {}: {} = {}\n", i, key, value);
+        return;
+      }
+      ++near, on += is_on, below += is_below, above += is_above;
+    };
+#define ZEROCHECK_CLASSIFY_KNOB(key, def, lo, hi, doc)                                              \
+  if (std::string_view(#key) != "stage" && std::string_view(#key) != "stage3_param_persistence_threshold") \
+    classify_knob(#key, zero.key, def, lo);
+    ZERO3_ZERO_INT_KEYS(ZEROCHECK_CLASSIFY_KNOB)
+#undef ZEROCHECK_CLASSIFY_KNOB
+  }
+  const auto share = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(knobs); };
+  std::cout << fmt::format("{} size knobs drawn: default {:.3f}, smallest {:.3f}, near a size {:.3f} (on {:.3f}, "
+                           "one below {:.3f}, one above {:.3f}; a value can be several)\n",
+                           knobs, share(at_default), share(smallest), share(near), share(on), share(below), share(above));
+  EXPECT_TRUE(elsewhere.empty()) << "knobs drawn away from every size of their scenario:\n" << elsewhere;
+  // kSizeFrom's weights: 3 of 10 default, 1 smallest, 6 near a size (a scenario without
+  // parameters falls back to the default); kOffByOne draws -1, 0, +1 alike.
+  EXPECT_GT(share(at_default), 0.25);
+  EXPECT_GT(share(smallest), 0.05);
+  EXPECT_GT(share(near), 0.45);
+  for (int64_t n : {on, below, above}) EXPECT_GT(share(n), 0.12);
 }
 
 // Every scenario both choosers draw is valid under every limit setting (validate() is the
