@@ -17,6 +17,8 @@ import re
 NEEDS_GPU = "needs a GPU (CUDA kernels, streams, NCCL or pinned memory)"
 NEEDS_NVME = "needs NVMe (async I/O swapping)"
 NOT_DRAWN = "not drawn: no scenario sets it"
+DRAWN_NOT_TAKEN = ("drawn (the draw sets its config keys): branches the drawn values and the CPU "
+                   "path do not take")
 PATHS_NOT_DRAWN = ("partly drawn: saves and loads run, not these paths (universal checkpoints, MoE, "
                    "16-bit model files, some load options)")
 NOT_REPLAYED = "not replayed: the suite runs stage 3 unless --stage says otherwise"
@@ -55,11 +57,11 @@ FEATURES = (
      r"restore|ckpt"),
     ("the engine's own gradient all-reduce", NOT_ZERO3, None,
      r"allreduce|all_gather_scalar|_get_gradients_for_reduction|buffered_"),
-    ("buckets, overlap_comm and contiguous gradients", NOT_DRAWN, None,
+    ("buckets, overlap_comm and contiguous gradients", DRAWN_NOT_TAKEN, None,
      r"bucket|ipg|overlap|contiguous|reduce_ready|grad_partitions_flat|flatten|_flat"),
     ("tiled and memory-efficient linear layers", NOT_DRAWN, r"^runtime/zero/(tiling|linear)\.py$",
      None),
-    ("prefetch, module trace and live-parameter limits", NOT_DRAWN, None,
+    ("prefetch, module trace and live-parameter limits", DRAWN_NOT_TAKEN, None,
      r"prefetch|trace|InflightParamRegistry|max_live|reuse"),
     ("leaf modules, external parameters, zero.Init internals", NOT_DRAWN, None,
      r"leaf|wrapper_pre_hook|wrapper_post_hook|external_param|InsertPostInitMethodToModuleSub|"
@@ -79,7 +81,7 @@ FEATURES = (
     ("engine API the operations never call (batch sizes, lr, caches, ...)", NOT_DRAWN, ENGINE,
      r"set_train|get_batch_info|empty_partition_cache|set_lr|get_lr|get_mom|set_mom|"
      r"get_global_grad_norm|\beval\b|\.train$|module_state_dict|get_type"),
-    ("gradient clipping and norms", NOT_DRAWN, None, r"clip|norm"),
+    ("gradient clipping and norms", DRAWN_NOT_TAKEN, None, r"clip|norm"),
     ("engine features outside ZeRO (MoE, pipeline, tensor parallelism, data efficiency, "
      "compression, monitors, compile, schedulers, sparse gradients, 1-bit optimizers)", NOT_DRAWN, ENGINE,
      r"moe|expert|pipe|curriculum|data_efficiency|data_sampl|random_ltd|compression|monitor|"
