@@ -328,6 +328,7 @@ bool unscale_and_clip(EngineState& state) {
   state.scaler.update(overflow);
   const double scale = state.scaler.scale();
   state.global_grad_norm = scaled_norm / scale;
+  state.faults.reported_norm(state, state.global_grad_norm);
   if (overflow) return false;
   const double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
   if (combined != 1.0)

@@ -54,6 +54,7 @@
   X(void, after_gradients, (EngineState& state), "backward, every gradient reduced, before frozen parameters are released") \
   X(bool, keeps_gathered_after_backward, (const ManagedParam& p), "backward, the last release: true keeps the parameter gathered") \
   X(void, clip_norm, (double rank_sum_of_squares, double& norm), "step, at an accumulation boundary: the global gradient norm (all-reduced) the clip coefficient is computed from") \
+  X(void, reported_norm, (const EngineState& state, double& norm), "step, at an accumulation boundary: the gradient norm global_grad_norm() reports") \
   X(bool, skips_optimizer_step, (EngineState& state), "step, at an accumulation boundary: true counts the step without applying it") \
   X(void, after_step, (EngineState& state), "step, applied and counted, every shard written") \
   X(void, before_zero_grad, (EngineState& state), "zero_grad, before the shard gradients are zeroed") \

@@ -50,6 +50,13 @@ class ClipFromRankNorm final : public PlantedFault {
   void clip_norm(double rank_sum_of_squares, double& norm) const override { norm = std::sqrt(rank_sum_of_squares); }
 };
 
+// The norm is right where the clip uses it; what the engine reports depends on a memory knob.
+class NormSquaredWithoutContiguousGradients final : public PlantedFault {
+  void reported_norm(const EngineState& state, double& norm) const override {
+    if (!state.config.zero_optimization.contiguous_gradients) norm *= norm;
+  }
+};
+
 // The broadcast goes as it should (the traffic is right) and each rank keeps its own copy.
 class GatheredEditNotPublished final : public PlantedFault {
   void edit_received(const at::Tensor& own, at::Tensor& received) const override { received = own; }
@@ -77,6 +84,10 @@ const PlantedFault& nan_after_step() {
 }
 const PlantedFault& clip_from_rank_norm() {
   static const ClipFromRankNorm fault;
+  return fault;
+}
+const PlantedFault& norm_squared_without_contiguous_gradients() {
+  static const NormSquaredWithoutContiguousGradients fault;
   return fault;
 }
 const PlantedFault& gathered_edit_not_published() {

@@ -61,6 +61,10 @@ struct RunOptions {
   // violation is recorded in its operation's outcome and the operations go on (`train` and
   // `repro seed` report all they see).
   bool stop_at_first_violation = true;
+  // I10: the share of scenarios run_scenario runs a second time with their ZeRO knobs drawn
+  // again (internal/inert_knobs.h), chosen by the scenario's seed so that a replay and its
+  // shrinks choose alike; 0 turns the second run off. Costs one run without sweeps or twin.
+  double inert_knobs_fraction = 0.25;
   // Told, on rank 0 after each operation, the dense twin as rank 0 reads it and the losses by
   // rank its forward gave (empty for other operations): `zerocheck replay --twin-numbers` prints
   // them for the cross-check with the Python twin. Needs the twin (I3, I6 or I8 on).
@@ -114,7 +118,8 @@ struct Verdict {
 };
 
 // Runs `scenario` on a world made from options.world (of the scenario's size) and returns what it
-// found. Throws ScenarioError for a scenario that fails validation (I7 is about the engine, not
+// found; for a share of scenarios (RunOptions::inert_knobs_fraction) a second time with the ZeRO
+// knobs drawn again, for I10. Throws ScenarioError for a scenario that fails validation (I7 is about the engine, not
 // about the harness's input).
 Verdict run_scenario(const Scenario& scenario, const RunOptions& options);
 

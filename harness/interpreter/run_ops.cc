@@ -2,6 +2,7 @@
 // whether (and where) an invariant broke before the next operation starts.
 #include "engine/legacy_mode.h"
 #include "harness/interpreter/interpreter.h"
+#include "harness/interpreter/internal/inert_knobs.h"
 #include "harness/interpreter/internal/shared_twin.h"
 #include "harness/oracles/oracles.h"
 #include "harness/world/rank_memory.h"
@@ -199,7 +200,8 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
 
 namespace {
 
-RankReports run_valid_scenario_ranks(const Scenario& scenario, const RunOptions& options, World& world) {
+RankReports run_valid_scenario_ranks(const Scenario& scenario, const RunOptions& options, World& world,
+                                     const RankDrivers& drivers = nullptr) {
   if (scenario.world_size > world.size())
     throw zero3::UsageError(
         fmt::format("the scenario needs {} ranks; the world has {}", scenario.world_size, world.size()));
@@ -210,14 +212,24 @@ RankReports run_valid_scenario_ranks(const Scenario& scenario, const RunOptions&
                                             "per-thread state while it runs",
                                             i));
   const model::Workload workload = model::workload_of(scenario);
-  if (scenario.world_size == world.size()) return run_ops(workload, scenario.ops, options, world);
+  if (scenario.world_size == world.size()) return run_ops(workload, scenario.ops, options, world, drivers);
   const std::unique_ptr<World> fewer = world.first(scenario.world_size);
-  RankReports reports = run_ops(workload, scenario.ops, options, *fewer);
+  RankReports reports = run_ops(workload, scenario.ops, options, *fewer, drivers);
   reports.found.resize(static_cast<size_t>(scenario.world_size));
   return reports;
 }
 
 }  // namespace
+
+Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
+  validate(scenario);
+  const ScenarioRun run = [](const Scenario& s, const RunOptions& o, const RankDrivers& drivers) {
+    const std::unique_ptr<World> world = make_world(s.world_size, o.world);
+    return run_valid_scenario_ranks(s, o, *world, drivers);
+  };
+  if (replays_inert_knobs(scenario, options)) return judge_with_inert_knobs(scenario, options, run);
+  return judge(run(scenario, options, nullptr), options);
+}
 
 RankReports run_scenario_ranks(const Scenario& scenario, const RunOptions& options, World& world) {
   validate(scenario);
@@ -238,11 +250,6 @@ Verdict judge(const RankReports& reports, const RunOptions& options) {
   return verdict;
 }
 
-Verdict run_scenario(const Scenario& scenario, const RunOptions& options) {
-  validate(scenario);
-  const std::unique_ptr<World> world = make_world(scenario.world_size, options.world);
-  return judge(run_valid_scenario_ranks(scenario, options, *world), options);
-}
 
 nlohmann::json RankReports::to_json() const {
   nlohmann::json outcomes_json = nlohmann::json::array();

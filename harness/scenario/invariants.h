@@ -29,18 +29,18 @@ namespace zerocheck {
         "twin's parameters")                                                                        \
   X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
   X(I8, "every forward, backward and gather moves exactly the elements the schedule predicts, "   \
-        "for every collective kind; step and zero_grad move nothing")                                       \
+        "for every collective kind; step moves only the clip's norm, zero_grad nothing")                                       \
   X(I9, "after every operation all ranks agree on the parameter list, shapes, partition sizes, "    \
         "statuses, the step counters and the parameters they hold")                                \
   X(I10, "a scenario replayed with its inert ZeRO knobs drawn again (buckets, prefetch, live and "  \
          "reuse limits, sub-groups, overlap) gives bit-identical losses, parameters, optimizer "    \
          "state and step counters")
 
-// X(name): the invariants only the upstream replay judges so far. I10 is a second replay with the
-// knobs drawn again (harness/deepspeed/zerocheck_ds/oracles/inert_knobs.py); this engine's knobs
-// are inert by construction (engine/config.h) and it has no I10 oracle yet. `--disable` takes them
-// and changes nothing here; `mutants --ablate` has no column for them.
-#define ZEROCHECK_UPSTREAM_ONLY_INVARIANTS(X) X(I10)
+// X(name): the invariants only the upstream replay judges (none now: I10 has its oracle on both
+// engines, harness/interpreter/internal/inert_knobs.h and harness/deepspeed/zerocheck_ds/oracles/
+// inert_knobs.py). `--disable` takes them and changes nothing here; `mutants --ablate` has no
+// column for them.
+#define ZEROCHECK_UPSTREAM_ONLY_INVARIANTS(X)
 
 struct InvariantRow {
   const char* name;

@@ -1,5 +1,7 @@
 #include "harness/scenario/draw/draw_scenario.h"
 
+#include "harness/scenario/draw/fdp_chooser.h"
+
 #include "engine/errors.h"
 #include "engine/layers.h"
 #include "harness/scenario/collision_names.h"
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cassert>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -183,6 +186,17 @@ class Draw {
   Draw(Chooser& chooser, const DrawLimits& limits)
       : c_(chooser), limits_(limits), bounds_(bounds_of(limits.profile)),
         training_(limits.profile == DrawProfile::training) {}
+
+  // I10's second draw of `s`'s ZeRO knobs: each size anew from the same table, each flag the
+  // other way (so every flag's other branch runs), nothing else touched.
+  void redraw_zero_knobs(Scenario& s) {
+    world_ = s.world_size;
+    const zero3::ZeroOptimizationConfig first = s.config.zero_optimization;
+    zero_knobs(s.config.zero_optimization, modules_of(s));
+#define ZEROCHECK_FLIP_FLAG(key, def, doc) s.config.zero_optimization.key = !first.key;
+    ZERO3_ZERO_BOOL_KEYS(ZEROCHECK_FLIP_FLAG)
+#undef ZEROCHECK_FLIP_FLAG
+  }
 
   Scenario scenario() {
     Scenario s;
@@ -479,6 +493,17 @@ void DrawLimits::validate() const {
 Scenario draw_scenario(Chooser& chooser, const DrawLimits& limits) {
   limits.validate();
   return Draw(chooser, limits).scenario();
+}
+
+Scenario with_zero_knobs_redrawn(const Scenario& scenario, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<uint8_t> bytes(256);  // a knob reads a few bytes; 256 never run out
+  for (auto& b : bytes) b = static_cast<uint8_t>(random());
+  FdpChooser chooser(bytes.data(), bytes.size());
+  const DrawLimits limits;
+  Scenario out = scenario;
+  Draw(chooser, limits).redraw_zero_knobs(out);
+  return out;
 }
 
 }  // namespace zerocheck

@@ -30,6 +30,7 @@
 #include "harness/scenario/schema.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace zerocheck {
 
@@ -80,5 +81,11 @@ struct DrawLimits {
 
 // Returns a scenario drawn with `chooser`'s answers. Throws UsageError for invalid limits.
 Scenario draw_scenario(Chooser& chooser, const DrawLimits& limits = {});
+
+// `scenario` with its ZeRO knobs drawn again from `seed`, for I10 (the knobs that must not change
+// a number): each size knob anew from the draw's own table (on, one below or one above one of the
+// scenario's sizes, the default or the smallest), each flag the other way; the stage, the
+// persistence threshold and everything else as they were. A pure function of both.
+Scenario with_zero_knobs_redrawn(const Scenario& scenario, uint64_t seed);
 
 }  // namespace zerocheck
