@@ -60,6 +60,14 @@ void add_common(CLI::App& command, std::string& engine, std::string& comm) {
   command.add_option("--comm", comm, "local or gloo")->check(CLI::IsMember({"local", "gloo"}));
 }
 
+void add_inert_fraction(CLI::App& command, double& fraction) {
+  command
+      .add_option("--inert-fraction", fraction,
+                  "share of scenarios run a second time with their ZeRO knobs drawn again (I10), chosen by each "
+                  "scenario's seed; 0 turns it off (thread and fiber worlds; a world of processes runs once)")
+      ->check(CLI::Range(0.0, 1.0));
+}
+
 }  // namespace
 
 void register_check_command(CLI::App& command, int& exit_code) {
@@ -81,6 +89,7 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.add_option("--time", args->options.time_limit_s, "stop after this many seconds")->check(CLI::Range(0.0, 1e7));
   command.add_option("--out", args->options.out_dir, "where shrunk scenarios are written");
   command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
+  add_inert_fraction(command, args->options.inert_knobs_fraction);
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
@@ -126,6 +135,7 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   struct Args {
     std::string file, engine = "reference", comm = "local", disable;
     bool json = false, twin_numbers = false;
+    double inert_knobs_fraction = RunOptions().inert_knobs_fraction;
     ProcessArgs process;
   };
   auto args = std::make_shared<Args>();
@@ -133,6 +143,7 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   add_common(command, args->engine, args->comm);
   args->process.add_to(command);
   command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
+  add_inert_fraction(command, args->inert_knobs_fraction);
   command.add_flag("--json", args->json, "print one JSON object");
   command.add_flag("--twin-numbers", args->twin_numbers,
                    "with --json: the dense twin's losses and parameters after every operation, as float32 bits "
@@ -140,6 +151,7 @@ void register_replay_command(CLI::App& command, int& exit_code) {
   command.callback([args, &exit_code] {
     RunOptions run;
     run.disabled_oracles = parse_invariants(args->disable);
+    run.inert_knobs_fraction = args->inert_knobs_fraction;
     auto twin_numbers = std::make_shared<nlohmann::json>(nlohmann::json::array());
     if (args->twin_numbers) {
       if (!args->json) throw zero3::UsageError("--twin-numbers needs --json");

@@ -296,6 +296,25 @@ TEST(Cli, ExportCoversTheDictionaryAndBothRepeatedInitializes) {
   std::system(("rm -rf " + out).c_str());
 }
 
+// I10's share from the command line: the fault only I10 sees survives --inert-fraction 0 and is
+// caught at 1, and the replay command carries the fraction, so the replay runs twice too.
+TEST(Cli, InertFractionSetsWhichCasesRunTwiceAndTheReplayKeepsIt) {
+  const std::string out = temp_dir("inert");
+  const std::string check = "check --engine norm-squared-without-contiguous-gradients --cases 200 --seed 3 --out " + out;
+  const CliRun off = run_cli(check + " --inert-fraction 0");
+  EXPECT_EQ(off.exit_code, 0) << off.output;
+  const CliRun all = run_cli(check + " --inert-fraction 1");
+  ASSERT_EQ(all.exit_code, 1) << all.output;
+  EXPECT_NE(all.output.find("I10 violated"), std::string::npos) << all.output;
+  const auto at = all.output.find("zerocheck replay ");
+  ASSERT_NE(at, std::string::npos) << all.output;
+  const std::string replay = all.output.substr(at + 10, all.output.find('\n', at) - at - 10);
+  EXPECT_NE(replay.find("--inert-fraction 1"), std::string::npos) << replay;
+  EXPECT_EQ(run_cli(replay).exit_code, 1) << replay;
+  EXPECT_EQ(run_cli("check --inert-fraction 2").exit_code, 2);
+  std::system(("rm -rf " + out).c_str());
+}
+
 TEST(Cli, BadUsageExitsTwo) {
   EXPECT_EQ(run_cli("train --world 0").exit_code, 2);
   EXPECT_EQ(run_cli("train --model nonesuch").exit_code, 2);

@@ -43,9 +43,12 @@ rc::Shrinkable<Scenario> shrink(rc::Shrinkable<Scenario> current, const std::str
 
 }  // namespace
 
-std::string replay_command(const std::string& file, zero3::Fault fault, CommKind comm) {
+std::string replay_command(const std::string& file, zero3::Fault fault, CommKind comm, double inert_knobs_fraction) {
   std::string command = "zerocheck replay " + file + " --engine " + std::string(zero3::fault_name(fault));
   if (comm == CommKind::gloo) command += " --comm gloo";
+  // The scenarios I10 runs twice depend on the fraction: a replay must choose as the search did.
+  if (inert_knobs_fraction != RunOptions().inert_knobs_fraction)
+    command += fmt::format(" --inert-fraction {}", inert_knobs_fraction);
   return command;
 }
 
@@ -61,6 +64,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
   run.fault = options.fault;
   run.world.comm = options.comm;
   run.disabled_oracles = options.disabled_oracles;
+  run.inert_knobs_fraction = options.inert_knobs_fraction;
   const Runner run_scenario = options.runner ? options.runner : Runner(zerocheck::run_scenario);
   for (int64_t i = 0; i < options.cases; ++i) {
     if (options.time_limit_s > 0 && since(start) > options.time_limit_s) break;
@@ -101,7 +105,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
                      options.seed, i))
             .string();
     std::ofstream(finding.scenario_file) << to_json(finding.scenario).dump(2) << "\n";
-    finding.replay_command = replay_command(finding.scenario_file, options.fault, options.comm);
+    finding.replay_command = replay_command(finding.scenario_file, options.fault, options.comm, options.inert_knobs_fraction);
     result.finding = std::move(finding);
     break;
   }

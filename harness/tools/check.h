@@ -32,6 +32,7 @@ struct CheckOptions {
   // killed only by the invariant the catalogue names).
   std::string wanted_invariant;
   std::set<std::string> disabled_oracles;  // see RunOptions
+  double inert_knobs_fraction = 0.25;      // see RunOptions (I10's second run)
   // Runs one scenario (unset: run_scenario, the thread world). `check --procs` runs it on a
   // world of processes (harness/tools/jobs.h).
   std::function<Verdict(const Scenario&, const RunOptions&)> runner;
@@ -63,8 +64,9 @@ using Progress = std::function<void(int64_t cases, double seconds)>;
 // Runs the check. Throws std::filesystem errors only when the out dir cannot be written.
 CheckResult run_check(const CheckOptions& options, const Progress& progress = nullptr);
 
-// Returns "zerocheck replay FILE --engine E [--comm gloo]".
-std::string replay_command(const std::string& file, zero3::Fault fault, CommKind comm);
+// Returns "zerocheck replay FILE --engine E [--comm gloo] [--inert-fraction F]" (F when not the default).
+std::string replay_command(const std::string& file, zero3::Fault fault, CommKind comm,
+                           double inert_knobs_fraction = RunOptions().inert_knobs_fraction);
 
 nlohmann::json to_json(const CheckResult& result, zero3::Fault fault);
 
