@@ -3,6 +3,7 @@
 
 #include "engine/crc32c.h"
 #include "engine/optimizer_rebuild.h"
+#include "engine/seeded_values.h"
 #include "harness/scenario/draw/draw_scenario.h"
 #include "harness/scenario/invariants.h"
 #include "harness/world/rank_memory.h"
@@ -136,11 +137,8 @@ std::set<std::string> all_but_i10() {
 
 bool replays_inert_knobs(const Scenario& scenario, const RunOptions& options) {
   if (!options.enabled("I10") || options.inert_knobs_fraction <= 0) return false;
-  // splitmix64 of the seed: the same scenario is chosen on every replay and by its shrinks.
-  uint64_t z = scenario.seed + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
+  // A function of the seed alone: the same scenario is chosen on every replay and by its shrinks.
+  const uint64_t z = zero3::splitmix64(scenario.seed);
   return static_cast<double>(z >> 11) / static_cast<double>(1ULL << 53) < options.inert_knobs_fraction;
 }
 
