@@ -291,7 +291,16 @@ RACE_BUG = ("ZeRO-3 on Gloo: a blocking coalesced all_gather returns before ever
 STALE_GRADIENT = ("I3 step: the gradient handed to the optimizer first differs from the dense "
                   "twin, for a parameter without a gradient in the step: "
                   "deepspeed/runtime/zero/stage3.py _prepare_sub_group()")
-UNTRIAGED = "master-copied-back-before-step"  # the planted fault no row of the table describes
+UNTRIAGED = "master-copied-back-before-step"
+# Where inside the step or backward I3 locates each fault (the words of oracles/inside.py): the
+# quantity the fault makes wrong first, not a later one it carries into.
+LOCATED = {
+    "skip-last-param": "the copy of the fp32 master into the parameter's shard",
+    "loss-scaled-twice": "the gradient of this rank's micro-batch before reduction",
+    "gradient-one-element-late": "the accumulated gradient partition",
+    "master-copied-back-before-step": "the parameter's shard copied back before the optimizer step",
+    "clip-norm-of-own-partition": "the gradient after unscale and clip",
+}  # the planted fault no row of the table describes
 # Faults whose finding has the operation and field (or rule) of a key that a row of the table, or
 # another planted fault, held before root causes named who produced the value: the old key each
 # would have landed on. Each must now get a key of its own, reported untriaged (check 4).
@@ -432,6 +441,9 @@ def main():
     check(len(causes) >= 5, f"I3 catches {len(causes)} planted faults: {sorted(causes)}")
     check(all(len(titles) == 1 for titles in causes.values()),
           "each fault I3 catches has one I3 root cause")
+    for name, words in LOCATED.items():
+        check(name in causes and words in causes[name][0],
+              f"I3 locates {name} at {words!r}: {causes.get(name)}")
     firsts = [titles[0] for titles in causes.values()]
     check(len(set(firsts)) == len(firsts), "each fault I3 catches has a root cause of its own")
     table = triaged()

@@ -38,9 +38,10 @@ class LocateStep(unittest.TestCase):
     used, before = W / 10, W
     after = W - W / 100
 
-    def locate(self, observed, rank=1):
-        return inside.locate_step(observed, {"w": self.used}, {"w": self.before},
-                                  {"w": self.after}, rank, WORLD, PARAMS)
+    def locate(self, observed, rank=1, clipped=None):
+        return inside.locate_step(observed, {"w": self.used},
+                                  {"w": self.used if clipped is None else clipped},
+                                  {"w": self.before}, {"w": self.after}, rank, WORLD, PARAMS)
 
     def test_a_correct_step_locates_nothing_and_padding_is_ignored(self):
         observed = a_correct_step(1, self.used, self.before, self.after)
@@ -68,11 +69,27 @@ class LocateStep(unittest.TestCase):
         observed.master_at_copy["w"] = [partition(self.before, 0)]
         self.assertEqual(self.locate(observed, rank=0), {"quantity": "copied_early", "param": "w"})
 
-    def test_with_loss_scaling_or_clipping_the_unscaled_gradient_is_not_compared(self):
+    def test_with_loss_scaling_the_unscaled_gradient_is_not_compared(self):
         observed = a_correct_step(0, self.used, self.before, self.after)
         observed.unscaled_gradient["w"][0][0] += 1.0
         observed.plain_scaling = False
         self.assertIsNone(self.locate(observed, rank=0))
+
+    def test_with_clipping_the_clip_s_result_is_compared_with_the_twin_s(self):
+        # The twin clips by 1/2: an engine that clips alike holds; one that does not clip, or
+        # clips by another coefficient (a norm of its own partition), is located at the clip,
+        # before the optimizer step its wrong gradient then moves.
+        clipped = self.used / 2
+        observed = a_correct_step(1, self.used, self.before, self.after)
+        observed.unscaled_gradient["w"] = [partition(clipped, 1)]
+        self.assertIsNone(self.locate(observed, clipped=clipped))
+        for wrong in (self.used, self.used / 3):
+            with self.subTest(wrong=wrong.tolist()):
+                observed = a_correct_step(1, self.used, self.before, self.after)
+                observed.unscaled_gradient["w"] = [partition(wrong, 1)]
+                observed.master_after["w"][0][0] += 1.0  # the step after it differs too
+                self.assertEqual(self.locate(observed, clipped=clipped),
+                                 {"quantity": "unscaled_gradient", "param": "w"})
 
 
 class LocateBackward(unittest.TestCase):

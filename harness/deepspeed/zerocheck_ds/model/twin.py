@@ -162,6 +162,9 @@ class DenseTwin:
         # The last optimizer step: {name: (gradient it used, magnitude of its terms)} and the
         # reductions behind it, for bounding another engine's sum order (numerics.py).
         self.last_step = ({}, 0)
+        # {name: the gradient the last optimizer step used after the clip}: what an engine's
+        # unscale and clip must give (inside.py); the gradient before it is in last_step.
+        self.last_clipped = {}
         # The last backward's gradients, {name: [each rank's gradient or None]}, before any
         # reduction: I3 locates where an engine's backward first parts from them (numerics.py).
         self.last_gradients = {}
@@ -177,6 +180,7 @@ class DenseTwin:
         self._optimizer = self._make_optimizer(trainable) if trainable else None
         self._reduced, self._local, self._pending = {}, {}, []
         self._magnitude, self._reductions, self.last_step = {}, 0, ({}, 0)
+        self.last_clipped = {}
         self.micro_steps = 0
 
     def forward(self, batches, route):
@@ -242,6 +246,7 @@ class DenseTwin:
         # What the engine hands its clip (inside.py compares it before the clip), then the clip.
         used = {name: (g.clone(), self._magnitude.get(name, torch.zeros_like(g)).clone())
                 for name, g in self._reduced.items()}
+        clipped = {}
         with torch.no_grad():
             self._clip()
             for name, p in self.params:
@@ -252,7 +257,9 @@ class DenseTwin:
                     grad = torch.zeros_like(p)
                     used[name] = (grad.clone(), torch.zeros_like(p))
                 p.grad = None if grad is None else grad.clone()
-        self.last_step = (used, self._reductions)
+                if grad is not None:
+                    clipped[name] = grad.clone()
+        self.last_step, self.last_clipped = (used, self._reductions), clipped
         if self._optimizer is not None:
             self._optimizer.step()
         for _, p in self.params:

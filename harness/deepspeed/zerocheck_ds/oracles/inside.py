@@ -79,8 +79,8 @@ class Observed:
     Each field maps a parameter name to its tensors in call order: `local_gradient` whole, the
     others this rank's partition (flat, padding included). `shard_after_copy` and
     `master_at_copy` are the shard and the fp32 master right after the copy back.
-    `plain_scaling`: the unscale and clip divide by 1 (no loss scale, no clipping), so the
-    gradient after it must equal the one handed over. After a load: `loaded`, {field: {name: this
+    `plain_scaling`: the loss scale is 1, so the gradient after the unscale and clip must equal
+    the twin's after its clip (the one handed over when nothing clips). After a load: `loaded`, {field: {name: this
     rank's partition}} for "values", "master" and "state:<key>" as the load left them, and
     `restored_by`, {field: {name: (file, function)}} for the fields a load function changed."""
 
@@ -165,10 +165,11 @@ def _reduced(grads, world_size, divide_before_sum):
     return reduce_gradients(grads, world_size, divide_before_sum)
 
 
-def locate_step(observed, used, before, after, rank, world_size, params):
+def locate_step(observed, used, clipped, before, after, rank, world_size, params):
     """The first quantity of an optimizer step that differs, as {"quantity", "param"}, or None.
-    `used`: {name: the gradient the twin stepped with}; `before`, `after`: the twin's values
-    around its step; `params`: [(name, numel)] in the engine's order."""
+    `used`: {name: the gradient the twin handed its clip}; `clipped`: {name: that gradient after
+    the clip} (the same numbers when nothing clips); `before`, `after`: the twin's values around
+    its step; `params`: [(name, numel)] in the engine's order."""
     names = [name for name, _ in params]
     def part(values, name):
         value = values.get(name)
@@ -178,7 +179,9 @@ def locate_step(observed, used, before, after, rank, world_size, params):
                     ("master_before", lambda n: part(before, n)),
                     ("master_after", lambda n: part(after, n))]
     if observed.plain_scaling:
-        against_twin.insert(1, ("unscaled_gradient", lambda n: part(used, n)))
+        # A loss scale is not followed by the twin (I3 stops there), a clip is: its result is
+        # compared, so a wrong clip is located at the clip, not at the optimizer step after it.
+        against_twin.insert(1, ("unscaled_gradient", lambda n: part(clipped, n)))
     for key, expected_of in against_twin:
         seen = getattr(observed, key)
         for name in names:

@@ -249,7 +249,7 @@ class NumericChecks:
             if self._twin_does(self._twin.step):
                 used = {name: grad for name, (grad, _) in self._twin.last_step[0].items()}
                 after = {name: v.clone() for name, v in self._twin.values().items()}
-                self._twin_inside = ("step", used, before, after)
+                self._twin_inside = ("step", used, dict(self._twin.last_clipped), before, after)
         if boundary:
             self._with_gradient, self._reached = self._reached, set()
         return None
@@ -586,9 +586,9 @@ class NumericChecks:
                 _, values, optimizer_state = twin_inside
                 return inside.locate_load(observed, values, optimizer_state, self.rank,
                                           self.world_size, params)
-            _, used, before, after = twin_inside
-            return inside.locate_step(observed, used, before, after, self.rank, self.world_size,
-                                      params)
+            _, used, clipped, before, after = twin_inside
+            return inside.locate_step(observed, used, clipped, before, after, self.rank,
+                                      self.world_size, params)
         except Exception:  # noqa: BLE001 - never a finding: the root cause falls back
             return None
 
