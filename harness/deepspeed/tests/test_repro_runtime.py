@@ -220,26 +220,57 @@ class TwinOfAScript(unittest.TestCase):
         rt.fill_parameters(module, self.scenario.seed)
         return module
 
+    def run_both(self, deepspeed, training):
+        """Each of OPS on rt.Twin and twin.DenseTwin, their values equal after every one; returns
+        the script twin's module."""
+        ours = self.model()
+        ours_twin = rt.Twin(ours, torch.optim.Adam(rt.trainable(ours), lr=0.01), deepspeed)
+        dense = twin.DenseTwin(self.model(), 2, training, 1,
+                               lambda params: torch.optim.Adam(params, lr=0.01), tree.run_module)
+        dense.start("")
+        for i, (op, *route) in enumerate(self.OPS):
+            if op == "forward":
+                loss = ours_twin.forward(i, route[0])
+                losses = dense.forward([rt.micro_batch(i, r) for r in range(2)],
+                                       lambda: tree.RouteCursor(route[0]))
+                self.assertEqual(loss, losses[1])
+            else:
+                getattr(ours_twin, op)()
+                getattr(dense, op)()
+            for name, value in dense.values().items():
+                self.assertTrue(torch.equal(dict(ours.named_parameters())[name], value),
+                                (deepspeed, i, op, name))
+        return ours
+
     def test_equals_the_dense_twin_bit_for_bit(self):
         for deepspeed, training in ((True, twin.deepspeed_training(3, "loss")), (False, twin.TORCH)):
             with self.subTest(deepspeed=deepspeed):
-                ours = self.model()
-                ours_twin = rt.Twin(ours, torch.optim.Adam(rt.trainable(ours), lr=0.01), deepspeed)
-                dense = twin.DenseTwin(self.model(), 2, training, 1,
-                                       lambda params: torch.optim.Adam(params, lr=0.01), tree.run_module)
-                dense.start("")
-                for i, (op, *route) in enumerate(self.OPS):
-                    if op == "forward":
-                        loss = ours_twin.forward(i, route[0])
-                        losses = dense.forward([rt.micro_batch(i, r) for r in range(2)],
-                                               lambda: tree.RouteCursor(route[0]))
-                        self.assertEqual(loss, losses[1])
-                    else:
-                        getattr(ours_twin, op)()
-                        getattr(dense, op)()
-                    for name, value in dense.values().items():
-                        self.assertTrue(torch.equal(dict(ours.named_parameters())[name], value),
-                                        (deepspeed, i, op, name))
+                self.run_both(deepspeed, training)
+
+    def test_with_clipping_equals_the_dense_twin_that_clips(self):
+        # CONFIG's gradient_clipping binds at every step here: the script twin clips as the
+        # replay's twin does, and not as the unclipped one.
+        unclipped = self.run_both(True, twin.deepspeed_training(3, "loss"))
+        rt.CONFIG = {"gradient_clipping": 1e-3}
+        self.addCleanup(setattr, rt, "CONFIG", {})
+        clipped = self.run_both(True, twin.deepspeed_training(3, "loss", gradient_clipping=1e-3))
+        self.assertFalse(all(torch.equal(p, q) for p, q in zip(clipped.parameters(),
+                                                               unclipped.parameters())))
+
+    def test_the_plain_data_parallel_engine_clips_as_configured(self):
+        # --plain's correct engine clips like the twin, so a clipped scenario's control holds.
+        rt.WORLD_SIZE = 1
+        rt.CONFIG = {"gradient_clipping": 1e-3}
+        self.addCleanup(setattr, rt, "CONFIG", {})
+        module = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            module.weight.copy_(torch.tensor([[0.5, -0.25]]))
+        engine = rt.DataParallelEngine(module, torch.optim.SGD(module.parameters(), lr=1.0))
+        engine.backward(engine(torch.tensor([[3.0, 4.0]])).sum())  # gradient [3, 4], norm 5
+        engine.step()
+        coefficient = 1.0 / (((5.0 + 1e-6) / 1e-3))
+        expected = torch.tensor([[0.5, -0.25]]) - torch.tensor([[3.0, 4.0]]) * coefficient
+        self.assertTrue(torch.equal(module.weight.detach(), expected), module.weight)
 
     def test_the_twin_computes_where_its_module_is_and_compares_on_the_cpu(self):
         # A script puts the twin on the engine's device (an accelerator's bits are not the

@@ -35,7 +35,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..model.twin import reduce_gradients
+from ..model.twin import clip_gradients, reduce_gradients
 from ..model.values import ABSENT, same, same_plain, show, show_plain
 from ..oracles.fingerprint import fingerprint, fingerprint_changes, is_refusal
 
@@ -180,6 +180,8 @@ class DataParallelEngine(PlainEngine):
         super().__init__(module, optimizer)
         self.optimizer, self.saved, self.latest = optimizer, {}, None
         self.zero_grad = lambda: optimizer.zero_grad(set_to_none=True)  # 1.13 zeroes by default
+        # CONFIG's clip of the summed gradients before the step, as the twin clips (None: or).
+        self.step = lambda: clip_configured(module.parameters()) or optimizer.step()
         if WORLD_SIZE > 1 and not torch.distributed.is_initialized():
             torch.distributed.init_process_group("gloo")
 
@@ -243,8 +245,8 @@ class Twin:
     def step(self):
         with torch.no_grad():
             for name, p in self.params:
-                grad = self.reduced.get(name)
-                p.grad = torch.zeros_like(p) if grad is None and self.deepspeed else grad
+                p.grad = self.reduced.get(name, torch.zeros_like(p) if self.deepspeed else None)
+            clip_configured(p for _, p in self.params)
         self.optimizer.step()
         for _, p in self.params:
             p.grad = None
@@ -260,6 +262,20 @@ class Twin:
         asked; what was reduced since the last step stays (a load restores neither)."""
         self.losses = []
         restore(self.module, self.optimizer, saved, optimizer_states)
+
+
+def clip_configured(params):
+    """The gradients of `params` clipped in place as CONFIG's gradient_clipping says, by
+    DeepSpeed ZeRO-3's rule (twin.py's clip_gradients: the global norm of whole tensors in double,
+    exact against DeepSpeed's per-partition sum at the 2 ranks a script twin runs). A non-finite
+    norm is v0.14.5's (NaN reaches every gradient); master clips by 1 there instead."""
+    with torch.no_grad():
+        clip_gradients([p.grad for p in params if p.grad is not None],
+                       CONFIG.get("gradient_clipping", 0.0) or 0.0)
+
+
+def clip_off(params):
+    """clip_configured where CONFIG clips nothing (gradient_clipping 0 or absent)."""
 
 
 def snapshot(module, optimizer):
@@ -474,6 +490,8 @@ SCRIPT_GLOBALS = {"model", "user_attrs", "placed", "PLACEMENT_ATTR", "OWNERS",
 PLAIN_FORMS = {"same": "same_plain", "show": "show_plain"}
 # Where no check runs twice (one operation, or no check), nothing is to be reported only once:
 ONCE_FORMS = {"fail": "record_failure"}
+# Where the scenario does not clip (CONFIG's gradient_clipping 0 or absent): the clip is nothing.
+NO_CLIP_FORMS = {"clip_configured": "clip_off"}
 
 
 def definitions(module, imported=True):

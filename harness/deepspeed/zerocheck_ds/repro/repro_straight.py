@@ -198,10 +198,13 @@ def settings_section(plan, stage):
     if "train_batch_size" in config:
         lines.append("# train_batch_size is sized for the scenario's world size: run one process "
                      "per rank.")
+    clip = config.get("gradient_clipping")
+    clip_words = ("." if clip is None else
+                  "; gradient_clipping 0.0: none (master's default is 1.0), as in the replay."
+                  if not clip else f"; gradient_clipping {clip!r}: the scenario's.")
     lines += [comment(f"ZeRO stage {stage}" + ("" if stage == 3 else " (the scenario's is 3)")
                       + "; zero_allow_untested_optimizer lets ZeRO take SGD (it changes nothing "
-                      "else)" + ("; gradient_clipping 0.0: none (master's default is 1.0), as in "
-                                  "the replay." if "gradient_clipping" in config else ".")),
+                      "else)" + clip_words),
               "CONFIG = " + _wrapped(config)]
     return "\n".join(lines)
 

@@ -10,7 +10,8 @@ partitions, must equal the twin's bit for bit. A save is DeepSpeed's save_checkp
 twin's snapshot; a load is load_checkpoint with the scenario's tag and options beside the twin
 loading the snapshot of the save the load names. The twin is repro_runtime.Twin: DeepSpeed's rules
 (each rank's gradient / N, summed in rank order; a parameter without gradient stepped with zeros)
-or, under --plain, plain PyTorch's; its tests show it equal to the replay's twin.DenseTwin.
+or, under --plain, plain PyTorch's; either clips by CONFIG's gradient_clipping as ZeRO-3 clips (so
+does --plain's engine); its tests show it equal to the replay's twin.DenseTwin.
 
 What it takes: gradient_accumulation_steps 1, at most 2 ranks (where the replay's I3 is exact), ZeRO
 stage 3, eager construction, one initialize (the root's, with the user's optimizer, after the
@@ -40,8 +41,6 @@ def fits(plan, target, stage):
     return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
             and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
-            # the script's twin (repro_runtime.Twin) does not clip; absent, the adapter pins 0
-            and not s.config.get("gradient_clipping", 0.0) > 0
             and s.construct == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None
@@ -77,11 +76,17 @@ def text(plan, target, script_name, stage, produced_on):
     used = names_used("\n".join(steps))
     copied = [copied_section("the model's classes", tree, used),
               copied_section("failures, the checks, the dense twin and the verdict", repro_runtime,
-                             used)]
+                             used, forms=_forms(plan.scenario))]
     body = without_unused(steps[:1] + copied + steps[1:])
     sections = [header_section(plan, target, script_name, "\n".join(body), stage,
                                produced_on)] + body
     return "\n\n\n".join(s.strip("\n") for s in sections if s) + "\n"
+
+
+def _forms(scenario):
+    """The runtime's simpler forms this script copies: no clip where the scenario clips nothing."""
+    return {} if scenario.config.get("gradient_clipping", 0.0) > 0 else dict(
+        repro_runtime.NO_CLIP_FORMS)
 
 
 def _operations(plan, target, routes):
