@@ -130,6 +130,24 @@ class PytestPluginTest(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
             self.assertRegex(done.stdout, r"(?m)^XPASS zerocheck::random-0001")
 
+    def test_only_the_corpus_is_collected_unless_paths_are_given(self):
+        """A CI workspace holds DeepSpeed checkouts: their tests are not the corpus's run."""
+        with tempfile.TemporaryDirectory() as folder:
+            os.makedirs(os.path.join(folder, "checkout"))
+            with open(os.path.join(folder, "checkout", "test_other.py"), "w",
+                      encoding="utf-8") as f:
+                f.write("def test_other():\n    assert False\n")
+            options = ("--zerocheck-only", "random-0001", "--zerocheck-args",
+                       "--adapter passthrough --no-control")
+            done = self._pytest(folder, *options)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            self.assertRegex(done.stdout, r"(?m)^PASSED zerocheck::random-0001")
+            self.assertNotIn("test_other", done.stdout)
+            done = self._pytest(folder, *options, "checkout")
+            self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+            self.assertRegex(done.stdout, r"(?m)^FAILED checkout/test_other.py::test_other")
+            self.assertRegex(done.stdout, r"(?m)^PASSED zerocheck::random-0001")
+
 
 if __name__ == "__main__":
     unittest.main()

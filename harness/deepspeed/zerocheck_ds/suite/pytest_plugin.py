@@ -13,6 +13,11 @@ confirmed against the control and grouped by root cause); every item then reads 
   upstream, an example with expected and actual, the minimal scenario's script when --shrink
   made one, the signatures).
 
+With --zerocheck-corpus and no paths on the command line the corpus is the whole run: nothing under
+the working folder is collected (a CI job's workspace holds DeepSpeed checkouts, whose own tests
+pytest would otherwise collect, and fail to import twice under one name). Paths given are
+collected as usual, beside the corpus's items.
+
 A scenario the corpus's expected.json lists for this DeepSpeed version (its known root causes
 as a run of that version found them) is marked xfail up front, so that a fix upstream shows as
 XPASS and a new root cause still fails.
@@ -58,6 +63,12 @@ def pytest_addoption(parser):
     group.addoption("--zerocheck-expected", metavar="FILE",
                     help="known root causes per scenario and version (default: the corpus's "
                          "expected.json)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    if config.getoption("--zerocheck-corpus") and not config.option.file_or_dir:
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(session, config, items):
