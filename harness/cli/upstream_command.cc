@@ -14,6 +14,10 @@ void register_export_command(CLI::App& command, int& exit_code) {
   command.add_option("--cases", options->cases, "random scenarios on top of the dictionary and seed ones")
       ->check(CLI::Range(0, 100000));
   command.add_option("--seed", options->seed, "seed of the random scenarios");
+  command.add_option("--first", options->first,
+                     "index of the first random scenario (random-<first>...; draw k is the same whatever --first)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
+  command.add_flag("--random-only", options->random_only, "only the random scenarios (no dictionary or named ones)");
   command.add_option("--world", options->world_size, "world size written into every scenario")->check(CLI::Range(1, 8));
   command.add_option("--out", options->out_dir, "where the scenarios and manifest.json go")->required();
   command.callback([options, &exit_code] {
@@ -57,6 +61,32 @@ void register_bisect_command(CLI::App& command, int& exit_code) {
   command.callback([options, &exit_code] { exit_code = run_bisect(*options); });
 }
 
+void register_campaign_command(CLI::App& command, int& exit_code) {
+  auto o = std::make_shared<CampaignOptions>();
+  command.add_option("--python", o->python, "the Python that has torch and deepspeed")->required();
+  command.add_option("--out", o->out_dir, "the campaign's folder (its campaign.json is resumed)")->required();
+  command.add_option("--minutes", o->minutes, "how long to draw and replay")->required()->check(CLI::Range(0.001, 1e6));
+  command.add_option("--seed", o->seed, "seed of the draw");
+  command.add_option("--shard", o->shard, "I/N: this campaign is shard I of N; the shards never repeat a scenario");
+  command.add_option("--per-draw", o->per_draw, "scenarios drawn at a time")->check(CLI::Range(1, 1000));
+  command.add_option("--world", o->world_size, "ranks (processes on loopback)")->check(CLI::Range(1, 8));
+  command.add_option("--stage", o->stage, "the ZeRO stage to replay the scenarios with")->check(CLI::Range(1, 3));
+  command.add_option("--adapter", o->adapter, "deepspeed, or passthrough/faulty to check the campaign")
+      ->check(CLI::IsMember({"deepspeed", "passthrough", "faulty"}));
+  command.add_option("--deepspeed-tree", o->deepspeed_tree, "a DeepSpeed source tree instead of the installed one")
+      ->check(CLI::ExistingDirectory);
+  command.add_option("--disable", o->disable, "invariants not to check, of I3, I4, I6, I9, I10");
+  command.add_option("--inert-fraction", o->inert_fraction, "the share of scenarios I10 replays again")
+      ->check(CLI::Range(0.0, 1.0));
+  command.add_option("--scenario-timeout", o->scenario_timeout, "seconds before a scenario is a hang")
+      ->check(CLI::Range(1.0, 86400.0));
+  command.add_option("--batch", o->batch, "scenarios per start of the ranks")->check(CLI::Range(1, 100000));
+  command.add_option("--shrink-seconds", o->shrink_seconds, "time budget per root cause's shrinking at the end")
+      ->check(CLI::Range(1.0, 86400.0));
+  command.add_flag("--no-shrink", o->no_shrink, "do not replay, shrink and write up the root causes at the end");
+  command.callback([o, &exit_code] { exit_code = run_campaign(*o); });
+}
+
 }  // namespace
 
 void register_upstream_command(CLI::App& command, int& exit_code) {
@@ -65,7 +95,11 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
       *command.add_subcommand("bisect", "the first commit of a DeepSpeed git checkout where a repro script "
                                         "reproduces (--find fix: where it stops)"),
       exit_code);
-  // Required unless the command is `upstream bisect` (which has its own): checked in the callback.
+  register_campaign_command(
+      *command.add_subcommand("campaign", "draw scenarios and replay them on DeepSpeed for --minutes: root "
+                                          "causes with their time to find, resumable, shardable"),
+      exit_code);
+  // Required unless the command is a subcommand (which has its own): checked in the callback.
   CLI::Option* python =
       command.add_option("--python", options->python, "the Python that has torch (and deepspeed)");
   command.add_option("--cases", options->cases, "random scenarios on top of the dictionary and seed ones")
@@ -108,7 +142,7 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
       ->check(CLI::IsMember({"deepspeed", "passthrough", "faulty"}));
   command.add_flag("--json", options->json, "print summary.json instead of the text summary");
   command.callback([options, python, &command, &exit_code] {
-    if (command.got_subcommand("bisect")) return;
+    if (command.got_subcommand("bisect") || command.got_subcommand("campaign")) return;
     if (python->count() == 0) throw CLI::RequiredError("--python");
     exit_code = run_upstream(*options);
   });

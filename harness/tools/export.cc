@@ -119,18 +119,20 @@ nlohmann::json export_scenarios(const ExportOptions& options) {
   std::vector<std::string> names;
   for (const auto& entry : collision_names()) names.push_back(entry.name);
   const size_t group = 12;
-  for (size_t i = 0; i < names.size(); i += group) {
+  for (size_t i = 0; i < names.size() && !options.random_only; i += group) {
     std::vector<std::string> part(names.begin() + static_cast<long>(i),
                                   names.begin() + static_cast<long>(std::min(names.size(), i + group)));
     write(fmt::format("dictionary-{:02}", i / group), dictionary_scenario(part, options.world_size, options.seed),
           "dictionary");
   }
-  write("seed-bug", seed_scenario(options.world_size), "seed");
-  write("zero-size-param", zero_size_scenario(options.world_size, options.seed), "zero-size");
+  if (!options.random_only) {
+    write("seed-bug", seed_scenario(options.world_size), "seed");
+    write("zero-size-param", zero_size_scenario(options.world_size, options.seed), "zero-size");
+  }
   GeneratorOptions generator;
   generator.fixed_world = options.world_size;
   const auto gen = gen_scenario(generator);
-  for (int64_t i = 0; i < options.cases; ++i)
+  for (int64_t i = options.first; i < options.first + options.cases; ++i)
     write(fmt::format("random-{:04}", i),
           gen(rc::Random(options.seed * 7777ULL + static_cast<uint64_t>(i)), static_cast<int>(20 + i % 60)).value(),
           "random");

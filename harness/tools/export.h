@@ -15,6 +15,10 @@ struct ExportOptions {
   uint64_t seed = 1;
   int world_size = 1;
   std::string out_dir;
+  // The index of the first random scenario (random-<first> ...): draw k of a seed is the same
+  // scenario whichever export writes it, so a campaign drawing in slices repeats none.
+  int64_t first = 0;
+  bool random_only = false;  // no dictionary, seed-bug or zero-size scenarios
 };
 
 // Writes the scenarios to OUT/scenarios/ and OUT/manifest.json; returns the manifest.

@@ -95,6 +95,33 @@ int run_bisect(const BisectOptions& o) {
   return exec_python(bisect_command(o), "upstream bisect");
 }
 
+std::vector<std::string> campaign_command(const CampaignOptions& o, const std::string& self) {
+  std::vector<std::string> args{o.python, "-m", "zerocheck_ds", "campaign", "--out", o.out_dir,
+                                "--minutes", number(o.minutes), "--zerocheck", self,
+                                "--seed", std::to_string(o.seed), "--shard", o.shard,
+                                "--per-draw", std::to_string(o.per_draw),
+                                "--adapter", o.adapter, "--world", std::to_string(o.world_size),
+                                "--stage", std::to_string(o.stage),
+                                "--scenario-timeout", number(o.scenario_timeout),
+                                "--batch", std::to_string(o.batch),
+                                "--shrink-seconds", number(o.shrink_seconds)};
+  if (!o.deepspeed_tree.empty()) args.insert(args.end(), {"--deepspeed-tree", o.deepspeed_tree});
+  if (!o.disable.empty()) args.insert(args.end(), {"--disable", o.disable});
+  if (o.inert_fraction >= 0) args.insert(args.end(), {"--inert-fraction", number(o.inert_fraction)});
+  if (o.no_shrink) args.push_back("--no-shrink");
+  args.insert(args.end(), {"--replay-command", fmt::format("{} upstream --python {} --adapter {}", self,
+                                                           o.python, o.adapter)});
+  return args;
+}
+
+int run_campaign(const CampaignOptions& o) {
+  if (!(o.minutes > 0)) throw zero3::UsageError("--minutes must be positive");
+  check_runner_package();
+  std::error_code ignored;
+  const std::string self = fs::read_symlink("/proc/self/exe", ignored).string();
+  return exec_python(campaign_command(o, self.empty() ? "zerocheck" : self), "upstream campaign");
+}
+
 int run_upstream(const UpstreamOptions& o) {
   if (o.world_size < 1 || o.world_size > 8) throw zero3::UsageError("--world must be in 1..8");
   if (o.stage < 1 || o.stage > 3) throw zero3::UsageError("--stage must be 1, 2 or 3");

@@ -59,6 +59,35 @@ std::vector<std::string> bisect_command(const BisectOptions& options);
 // not run, with exit code 2 after printing why. Throws zero3::UsageError for bad options.
 int run_bisect(const BisectOptions& options);
 
+// `zerocheck upstream campaign`: scenarios drawn by this program's export and replayed on
+// DeepSpeed for a set time, root causes with their time to find (zerocheck_ds/suite/campaign.py).
+struct CampaignOptions {
+  std::string python = "python3";
+  std::string out_dir;
+  double minutes = 0;
+  uint64_t seed = 1;
+  std::string shard = "0/1";  // I/N: the shards draw apart
+  int per_draw = 10;
+  int world_size = 1;
+  int stage = 3;
+  std::string adapter = "deepspeed";
+  std::string deepspeed_tree;
+  std::string disable;
+  double inert_fraction = -1;  // < 0: the suite's default
+  double scenario_timeout = 120;
+  int batch = 50;
+  double shrink_seconds = 300;
+  bool no_shrink = false;
+};
+
+// The campaign's command line; `self` is this program, which draws the scenarios.
+std::vector<std::string> campaign_command(const CampaignOptions& options, const std::string& self);
+
+// Replaces this process with the Python campaign (exit codes are its own: 0 no untriaged root
+// cause, 1 one, 2 bad usage, 3 it failed, 130 interrupted). Returns only when --python does not
+// run, with exit code 2. Throws zero3::UsageError for bad options.
+int run_campaign(const CampaignOptions& options);
+
 // Exports when no scenarios are given, then replaces this process with the supervisor (so
 // Ctrl-C and exit codes are the supervisor's own). Returns only on failure, with exit code 2
 // after printing why. Throws zero3::UsageError for bad options.

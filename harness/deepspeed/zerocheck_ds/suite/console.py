@@ -1,13 +1,17 @@
 """The command line: `zerocheck-ds` (pyproject.toml's console script) and `python3 -m zerocheck_ds`.
 
 `zerocheck-ds --version` prints the package's version and the scenario schema's format. The
-subcommands are __main__.py's: `suite` (suite.py), `worker`, `bisect`, `bisect-step`, and
-without one the in-process runner. `suite` takes, beside `--scenarios`, `--corpus NAME|DIR` (the
+subcommands are __main__.py's: `suite` (suite.py), `campaign` (campaign.py), `worker`, `bisect`,
+`bisect-step`, and without one the in-process runner. `suite` takes, beside `--scenarios`, `--corpus NAME|DIR` (the
 shipped corpus, `builtin`: zerocheck_ds/corpus/builtin, corpus.json says what it holds) and
 `--only NAME[,NAME...]` (only the scenarios with those names, fnmatch patterns allowed).
+`corpus [NAME|DIR] --coverage [--json]` lists what the corpus's scenarios cover of the scenario
+schema and what they miss (scenario/corpus_coverage.py; corpus.json's "coverage" says what is left
+out on purpose and why); exit 0 when nothing is missing, 1 when something is.
 """
 
 import fnmatch
+import json
 import os
 import sys
 
@@ -65,6 +69,40 @@ def known_upstream_path():
     return KNOWN_UPSTREAM
 
 
+def corpus_manifest(name):
+    """The corpus's corpus.json (a folder without one: {})."""
+    path = os.path.join(corpus_folder(name), "corpus.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def corpus_coverage(name):
+    """The Coverage of corpus `name` against the schema, with the corpus's own exclusions."""
+    from ..scenario import corpus_coverage as coverage
+    return coverage.coverage(corpus_files(name), corpus_manifest(name).get("coverage"))
+
+
+CORPUS_USAGE = "usage: zerocheck-ds corpus [NAME|DIR] --coverage [--json]"
+
+
+def corpus_command(argv):
+    """`corpus [NAME|DIR] --coverage [--json]`: the coverage listing (or its JSON) on stdout."""
+    from ..scenario import corpus_coverage as coverage
+    flags = [a for a in argv if a.startswith("-")]
+    names = [a for a in argv if not a.startswith("-")]
+    if "--coverage" not in flags or set(flags) - {"--coverage", "--json"} or len(names) > 1:
+        print(CORPUS_USAGE, file=sys.stderr)
+        return 2
+    result = corpus_coverage(names[0] if names else "builtin")
+    if "--json" in flags:
+        print(json.dumps(result.to_json(), indent=1))
+    else:
+        print(coverage.listing(result))
+    return 0 if result.complete() else 1
+
+
 def suite_argv(argv):
     """`suite` arguments with --corpus/--only replaced by the --scenarios they stand for."""
     rest, corpus, only = [], None, []
@@ -103,6 +141,11 @@ def run(argv):
         if "-h" not in rest and "--help" not in rest:
             rest = suite_argv(rest)
         return main(rest)
+    if argv[:1] == ["campaign"]:
+        from .campaign import main
+        return main(argv[1:])
+    if argv[:1] == ["corpus"]:
+        return corpus_command(argv[1:])
     if argv[:1] == ["bisect"]:
         from ..repro.bisect import main
         return main(argv[1:])

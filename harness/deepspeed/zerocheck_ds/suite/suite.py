@@ -249,7 +249,8 @@ def disk_bytes(folder):
     return total
 
 
-def _environment(args):
+def replay_environment(args):
+    """(the ranks' environment, their working folder): the tree staged under OUT when given."""
     env = dict(os.environ)
     extra = [PACKAGE_ROOT]
     args.script_environment = {}
@@ -317,7 +318,7 @@ def _main(args):
         scenarios = load_all(files)
         previous = baseline_module.load(args.baseline) if args.baseline else None
         os.makedirs(os.path.join(args.out, "verdicts"), exist_ok=True)
-        env, cwd = _environment(args)
+        env, cwd = replay_environment(args)
     except (UsageError, baseline_module.BaselineError, deepspeed_tree.TreeError, OSError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return EXIT_USAGE, None
@@ -391,36 +392,48 @@ def _replay_all(supervisor, scenarios, run):
     log(f"{PROG}: {len(scenarios)} scenario(s), adapter {args.adapter}, world {args.world}, "
         f"timeout {args.scenario_timeout:g} s, logs in {os.path.join(args.out, 'logs')}")
     for i, scenario in enumerate(scenarios, 1):
-        path = run.files[scenario.name]
-        inert = ([], {}, {})
-        try:
-            outcome, notes, inert = _replay_judged(supervisor, scenario.name, path, args)
-        except PoolStartError as e:
-            if not run.verdicts:
-                print(f"{PROG}: error: the ranks could not start ({args.adapter} adapter, "
-                      f"{sys.executable}): {e}", file=sys.stderr)
-                return EXIT_USAGE
-            # They started before: a rank start that fails now is this scenario's crash.
-            outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
-        findings = outcome_findings(outcome, args.scenario_timeout) + inert[0]
-        checks = checks_of(outcome)
-        if "I10" not in args.disabled:
-            checks["I10"] = inert[1]
-        result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
-                         skipped_of(outcome), notes, stage=args.stage, checks=checks,
-                         written=written_of(outcome))
-        result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
-        result["reshards"] = getattr(outcome, "reshards", [])
-        result["inert_knobs"] = inert[2]  # I10's second draw: {knob: [old, new]}
-        result["precision"] = precision_report(scenario.config, args.adapter, supervisor.version)
-        write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
-        run.add(result)
+        result = replay_scenario(supervisor, scenario, run)
+        if result is None:
+            return EXIT_USAGE
         log(report.progress_line(i, len(scenarios), result))
         if args.ablate:
-            caught = sorted({f["invariant"] for f in findings})
+            caught = sorted({f["invariant"] for f in result["findings"]})
             run.ablation[scenario.name] = {"all": caught or "none",
-                                           **_ablate(supervisor, scenario.name, path, args)}
+                                           **_ablate(supervisor, scenario.name,
+                                                     run.files[scenario.name], args)}
     return None
+
+
+def replay_scenario(supervisor, scenario, run):
+    """Replays one scenario (run.files names its file) and judges it; writes its verdict to
+    OUT/verdicts/ and adds it to `run`. Returns the verdict, or None when the ranks never
+    started (said on stderr)."""
+    args = run.args
+    path = run.files[scenario.name]
+    inert = ([], {}, {})
+    try:
+        outcome, notes, inert = _replay_judged(supervisor, scenario.name, path, args)
+    except PoolStartError as e:
+        if not run.verdicts:
+            print(f"{PROG}: error: the ranks could not start ({args.adapter} adapter, "
+                  f"{sys.executable}): {e}", file=sys.stderr)
+            return None
+        # They started before: a rank start that fails now is this scenario's crash.
+        outcome, notes = _start_failure(e), ["the ranks could not be restarted"]
+    findings = outcome_findings(outcome, args.scenario_timeout) + inert[0]
+    checks = checks_of(outcome)
+    if "I10" not in args.disabled:
+        checks["I10"] = inert[1]
+    result = verdict(scenario.name, args.adapter, supervisor.version, outcome, findings,
+                     skipped_of(outcome), notes, stage=args.stage, checks=checks,
+                     written=written_of(outcome))
+    result["checkpoint_bytes"] = getattr(outcome, "checkpoint_bytes", 0)
+    result["reshards"] = getattr(outcome, "reshards", [])
+    result["inert_knobs"] = inert[2]  # I10's second draw: {knob: [old, new]}
+    result["precision"] = precision_report(scenario.config, args.adapter, supervisor.version)
+    write_json(os.path.join(args.out, "verdicts", f"{scenario.name}.verdict.json"), result)
+    run.add(result)
+    return result
 
 
 def precision_report(config, adapter, version):
