@@ -112,6 +112,7 @@ void Comm::reduce_scatter_uncounted(const at::Tensor& input, at::Tensor& out) {
 
 void Comm::reduce_scatter_sum(const at::Tensor& input, at::Tensor& out) {
   ++stats_.collectives;
+  ++stats_.reduce_scatters;
   stats_.reduce_scatter_elements += input.numel();
   reduce_scatter_uncounted(input, out);
 }

@@ -6,9 +6,12 @@
 //
 // DeepSpeed's ZeRO knobs (buckets, prefetch, live and reuse limits, sub-groups, overlap,
 // contiguous and reduce-scatter flags) carry DeepSpeed's names, ranges and defaults so that one
-// scenario configures both engines. This engine gathers and reduces per parameter and steps one
-// shard at a time, so they are validated and inert here by construction; they trade memory and
-// speed upstream and must not change a bit of the result (invariant I10).
+// scenario configures both engines. They trade memory and speed upstream and must not change a
+// bit of the result (invariant I10). This engine reduce-scatters partitioned gradients in buckets
+// of reduce_bucket_size elements by DeepSpeed's rule (engine/gradient_bucket.h): the bucket size
+// decides how many reduce-scatters a backward issues, never a bit of the result. It gathers per
+// parameter and steps one shard at a time, so the other knobs are validated and inert here by
+// construction.
 //
 // Read with JsonAt (engine/json_reader.h): throws ConfigError whose message starts with the JSON
 // path of the culprit ("$.zero_optimization.stage: ..."), and refuses a key written twice.
@@ -44,7 +47,7 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(stage3_param_persistence_threshold, 100000, 0, std::numeric_limits<int64_t>::max(),        \
     "parameters with at most this many elements stay whole on every rank")                      \
   X(reduce_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                     \
-    "elements per gradient reduction bucket (validated; inert here: reductions run per parameter)") \
+    "elements of partitioned gradients reduce-scattered together: a gradient that would overflow a non-empty bucket flushes it first, the backward's end flushes the rest (DeepSpeed's rule; 0: each alone; persistent gradients, all-reduced, join none)") \
   X(allgather_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                  \
     "elements per all-gather bucket, stages 1-2 (validated; inert here: gathers run per parameter)") \
   X(stage3_prefetch_bucket_size, 50000000, 0, std::numeric_limits<int64_t>::max(),             \

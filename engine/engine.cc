@@ -287,7 +287,13 @@ void Engine::backward(const at::Tensor& loss) {
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   const double scale = state_->scaler.scale();
   // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): the loss is fp32 here.
-  if (scale != 1.0) (loss * scale).backward(); else loss.backward();
+  try {
+    if (scale != 1.0) (loss * scale).backward(); else loss.backward();
+  } catch (...) {
+    state_->partitioner.drop_gradients();
+    throw;
+  }
+  state_->partitioner.flush_gradients();  // the gradients left in the last bucket
   state_->finish_placed_gradients();
   state_->faults.after_gradients(*state_);
   // Frozen parameters were re-gathered for backward but have no gradient hook to release them.

@@ -47,8 +47,9 @@
   X(bool, keeps_placed_copy, (), "partition, a parameter placed on another rank: true keeps its full data here") \
   X(void, shard_cut, (ManagedParam& p, int rank), "partition, this rank's slice just cut into the master") \
   X(void, shard_written, (ManagedParam& p, int rank), "wherever a shard is written: partition, step, publish_edits, load") \
-  X(void, reduce_buffer, (const ManagedParam& p, const at::Tensor& full_grad, at::Tensor& buffer), "backward, the buffer a partitioned gradient is reduce-scattered into (left undefined, the engine allocates its chunk)") \
-  X(void, before_reduce_scatter, (const ManagedParam& p, at::Tensor& padded), "backward, the padded full gradient about to be reduce-scattered") \
+  X(void, before_reduce_scatter, (const ManagedParam& p, at::Tensor& padded), "backward, the padded full gradient about to join the gradient bucket it is reduce-scattered with") \
+  X(void, bucket_flush_split, (size_t held, size_t& first), "backward, a gradient bucket of `held` gradients flushed: how many of them, first to join, its reduce-scatter takes (all of them; the rest go in a second)") \
+  X(void, reduce_buffer, (const ManagedParam& p, const at::Tensor& padded, at::Tensor& buffer), "backward, the buffer a partitioned gradient's chunk is copied into from its bucket's reduce-scatter (left undefined, the engine allocates its chunk)") \
   X(void, gradient_divisor, (const ManagedParam& p, int world, int& divisor), "backward, what a reduced gradient is divided by (the world size)") \
   X(bool, keeps_gathered_after_forward, (), "forward, a module has run: true keeps its parameters gathered") \
   X(void, after_gradients, (EngineState& state), "backward, every gradient reduced, before frozen parameters are released") \

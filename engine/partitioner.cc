@@ -80,27 +80,43 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
   at::Tensor full_grad = p.param.grad();
   if (!full_grad.defined()) return;
   at::NoGradGuard no_grad;
-  const int world = comm_.world_size();
-  at::Tensor averaged;
   if (p.persistent) {
-    averaged = full_grad.reshape({-1}).clone();
-    comm_.all_reduce_sum(averaged);
-    averaged = averaged.view(p.shape);
+    at::Tensor summed = full_grad.reshape({-1}).clone();
+    comm_.all_reduce_sum(summed);
+    accumulate(p, summed.view(p.shape));
   } else {
-    faults_.reduce_buffer(p, full_grad, averaged);
-    if (!averaged.defined()) averaged = at::empty({p.layout.chunk()}, full_grad.options());
     at::Tensor padded = p.layout.pad(full_grad);
     faults_.before_reduce_scatter(p, padded);
-    comm_.reduce_scatter_sum(padded, averaged);
+    bucket_.add(p, std::move(padded), [this](ManagedParam& q, const at::Tensor& padded_q, const at::Tensor& summed) {
+      accumulate_chunk(q, padded_q, summed);
+    });
   }
-  // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
-  // by the world size the same way, so the bits agree.
-  int divisor = world;
-  faults_.gradient_divisor(p, world, divisor);
-  averaged.div_(divisor);
-  p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(averaged) : averaged;
   p.param.mutable_grad() = at::Tensor();
   release(p);
+}
+
+void Partitioner::flush_gradients() {
+  at::NoGradGuard no_grad;
+  bucket_.flush([this](ManagedParam& p, const at::Tensor& padded, const at::Tensor& summed) {
+    accumulate_chunk(p, padded, summed);
+  });
+}
+
+void Partitioner::accumulate_chunk(ManagedParam& p, const at::Tensor& padded, const at::Tensor& summed) {
+  at::Tensor own;
+  faults_.reduce_buffer(p, padded, own);
+  if (!own.defined()) own = at::empty({p.layout.chunk()}, summed.options());
+  own.copy_(summed);  // its own storage: the flush's output holds every gradient of the bucket
+  accumulate(p, own);
+}
+
+void Partitioner::accumulate(ManagedParam& p, at::Tensor summed) {
+  // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
+  // by the world size the same way, so the bits agree.
+  int divisor = comm_.world_size();
+  faults_.gradient_divisor(p, comm_.world_size(), divisor);
+  summed.div_(divisor);
+  p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(summed) : summed;
 }
 
 void Partitioner::restore_full(ManagedParam& p) {

@@ -48,7 +48,8 @@ EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config
       options(std::move(options_in)),
       faults(options.fault),
       partitioner(comm_in, faults,
-                  comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device))) {}
+                  comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device)),
+                  config.zero_optimization.reduce_bucket_size) {}
 
 at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, const Route& route,
                                        const std::function<at::Tensor(const at::Tensor&)>& body) {

@@ -79,8 +79,8 @@ TEST(InertKnobs, TheSecondRunIsForTheFractionOfSeedsAsked) {
   EXPECT_NEAR(chosen, 2500, 200);
 }
 
-// The reference engine's knobs are inert by construction: every drawn scenario, run twice,
-// holds I10 (and the rest).
+// The reference engine's knobs change no bit (its gradient buckets follow reduce_bucket_size, the
+// rest are inert by construction): every drawn scenario, run twice, holds I10 (and the rest).
 TEST(InertKnobs, TheReferenceEngineHoldsEveryDrawnScenarioWithItsKnobsDrawnAgain) {
   RunOptions every;
   every.inert_knobs_fraction = 1.0;
