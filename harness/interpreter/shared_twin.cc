@@ -44,7 +44,10 @@ TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const model
       out.losses = twin.forward(batches, call.routes, traces);
       break;
     }
-    case TwinCall::Kind::backward: out.with_gradient = twin.backward(); break;
+    case TwinCall::Kind::backward:
+      out.with_gradient = twin.backward();
+      out.ready_order = twin.ready_order();
+      break;
     case TwinCall::Kind::drop_pending: twin.drop_pending(); break;
     case TwinCall::Kind::step: twin.step(); break;
     case TwinCall::Kind::zero_grad: twin.zero_grad(); break;

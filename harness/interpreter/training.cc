@@ -65,9 +65,13 @@ OpOutcome backward(RankState& state, const Op& op) {
   OpOutcome outcome = applied("ok");
   state.deferred_traffic = MeasuredTraffic{"backward", std::nullopt, measured};
   if (state.twin) {
-    const std::set<std::string> with_gradient = state.twin_call(TwinCall(TwinCall::Kind::backward)).with_gradient;
+    const TwinOutcome twin = state.twin_call(TwinCall(TwinCall::Kind::backward));
+    const std::set<std::string>& with_gradient = twin.with_gradient;
     outcome.reached.assign(with_gradient.begin(), with_gradient.end());
-    if (!state.traces.empty()) state.deferred_traffic->expected = state.trace()->backward(with_gradient);
+    if (!state.traces.empty())
+      state.deferred_traffic->expected =
+          state.trace()->backward(with_gradient, twin.ready_order.at(static_cast<size_t>(state.comm.rank())),
+                                  state.workload.config.zero_optimization.reduce_bucket_size);
   }
   return outcome;
 }

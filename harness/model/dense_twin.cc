@@ -107,10 +107,24 @@ std::set<std::string> DenseTwin::backward() {
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params_)
     if (p.requires_grad()) p.mutable_grad() = at::Tensor();
+  // A hook on each parameter notes when autograd has its whole gradient, rank by rank.
+  ready_order_.assign(pending_.size(), {});
+  std::vector<std::string>* ready = nullptr;
+  struct Hooks {
+    std::vector<std::pair<at::Tensor, unsigned>> on;
+    ~Hooks() {
+      for (auto& [p, hook] : on) p.remove_hook(hook);
+    }
+  } hooks;
+  for (auto& [name, p] : params_)
+    if (p.requires_grad())
+      hooks.on.emplace_back(p, p.register_hook([&ready, path = name](const at::Tensor&) { ready->push_back(path); }));
   {
     at::AutoGradMode grad(true);
-    for (auto& loss : pending_)
-      if (loss.requires_grad()) loss.backward();
+    for (size_t r = 0; r < pending_.size(); ++r) {
+      ready = &ready_order_[r];
+      if (pending_[r].requires_grad()) pending_[r].backward();
+    }
   }
   const auto world = static_cast<int64_t>(pending_.size());
   pending_.clear();

@@ -214,6 +214,10 @@ class DenseTwin {
   // Back-propagates the pending losses, averaged over the ranks of their forward; returns the
   // paths of the parameters that got a gradient.
   std::set<std::string> backward();
+  // Per rank of the last backward, the paths of the parameters in the order their gradients
+  // became ready in that rank's back-propagation (autograd's order: what a ZeRO-3 gradient
+  // bucket fills in).
+  const std::vector<std::vector<std::string>>& ready_order() const { return ready_order_; }
   void step();
   void zero_grad();
   void drop_pending() { pending_.clear(); }
@@ -237,6 +241,7 @@ class DenseTwin {
   std::vector<at::Tensor> accum_;  // averaged gradients, aligned with params_
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<at::Tensor> pending_;  // per-rank losses of the last forward
+  std::vector<std::vector<std::string>> ready_order_;  // per rank, of the last backward
   int64_t micro_steps_ = 0;
   struct Snapshot {
     std::vector<at::Tensor> params;
@@ -255,16 +260,19 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::
 
 // ---- traffic ----------------------------------------------------------------------------------
 
-// Elements moved per collective kind, counted as zero3::Comm counts them.
+// Elements moved per collective kind, counted as zero3::Comm counts them, and the number of
+// reduce-scatter collectives (one per gradient bucket flushed; not an element count).
 struct Traffic {
   int64_t all_gather = 0, reduce_scatter = 0, all_reduce = 0, broadcast = 0, all_to_all = 0;
+  int64_t reduce_scatters = 0;
   friend bool operator==(const Traffic& a, const Traffic& b) {
     return a.all_gather == b.all_gather && a.reduce_scatter == b.reduce_scatter && a.all_reduce == b.all_reduce &&
-           a.broadcast == b.broadcast && a.all_to_all == b.all_to_all;
+           a.broadcast == b.broadcast && a.all_to_all == b.all_to_all && a.reduce_scatters == b.reduce_scatters;
   }
   Traffic& operator+=(const Traffic& other) {
     all_gather += other.all_gather;
     reduce_scatter += other.reduce_scatter;
+    reduce_scatters += other.reduce_scatters;
     all_reduce += other.all_reduce;
     broadcast += other.broadcast;
     all_to_all += other.all_to_all;
@@ -298,8 +306,11 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
   at::Tensor around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route& route,
                             const std::function<at::Tensor(const at::Tensor&)>& body) override;
   Traffic forward() const { return forward_; }
-  // What the backward of this forward moves, given the parameters that got a gradient.
-  Traffic backward(const std::set<std::string>& with_gradient) const;
+  // What the backward of this forward moves, given the parameters that got a gradient and, for
+  // the count of reduce-scatters, the order their gradients became ready on this rank
+  // (DenseTwin::ready_order) and the config's reduce_bucket_size.
+  Traffic backward(const std::set<std::string>& with_gradient, const std::vector<std::string>& ready_order,
+                   int64_t reduce_bucket_size) const;
 
  private:
   const Expectation& expectation_;

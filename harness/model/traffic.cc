@@ -8,7 +8,12 @@
 //   per rank each); modules inside it run whole on the owner, with no collectives.
 //   backward: each partitioned parameter of a module whose output needs a gradient is gathered
 //   again, once; a trainable partitioned parameter that got a gradient is reduce-scattered (c*N),
-//   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); each placed call
+//   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); the
+//   reduce-scatters go by gradient bucket, one collective per bucket: DeepSpeed ZeRO-3's rule
+//   (stage3.py reduce_independent_p_g_buckets_and_remove_grads) over the partitioned gradients in
+//   the order the twin's autograd made them ready, a gradient of n elements flushing a bucket
+//   that holds e > 0 elements when e + n > reduce_bucket_size, and what is left flushed at the
+//   end (persistent gradients, all-reduced, join no bucket); each placed call
 //   sends the output gradient and the input gradient back (two all-to-alls of rows*features).
 //   step: at an accumulation boundary with gradient_clipping set, the squared gradient norm is
 //   all-reduced (one double, 2*N counted; step_traffic).
@@ -41,8 +46,8 @@ class AnchoredIdentity : public torch::autograd::Function<AnchoredIdentity> {
 }  // namespace
 
 std::string Traffic::to_text() const {
-  return fmt::format("all-gather {}, reduce-scatter {}, all-reduce {}, broadcast {}, all-to-all {}", all_gather,
-                     reduce_scatter, all_reduce, broadcast, all_to_all);
+  return fmt::format("all-gather {}, reduce-scatter {} in {} collectives, all-reduce {}, broadcast {}, all-to-all {}",
+                     all_gather, reduce_scatter, reduce_scatters, all_reduce, broadcast, all_to_all);
 }
 
 Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& after) {
@@ -50,7 +55,8 @@ Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& 
                  after.reduce_scatter_elements - before.reduce_scatter_elements,
                  after.all_reduce_elements - before.all_reduce_elements,
                  after.broadcast_elements - before.broadcast_elements,
-                 after.all_to_all_elements - before.all_to_all_elements};
+                 after.all_to_all_elements - before.all_to_all_elements,
+                 after.reduce_scatters - before.reduce_scatters};
 }
 
 TrafficTrace::TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target,
@@ -100,7 +106,8 @@ at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor&
   return out;
 }
 
-Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient) const {
+Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient, const std::vector<std::string>& ready_order,
+                               int64_t reduce_bucket_size) const {
   Traffic t;
   t.all_to_all = placed_backward_elements_;
   for (const ExpectedParam* p : regathered_) t.all_gather += p->chunk * world_;
@@ -109,6 +116,19 @@ Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient) const
     if (p.persistent) t.all_reduce += 2 * p.chunk * world_;
     else t.reduce_scatter += p.chunk * world_;
   }
+  int64_t in_bucket = 0;  // unpadded elements, as DeepSpeed counts ds_numel
+  bool holding = false;
+  for (const std::string& path : ready_order) {
+    const ExpectedParam* p = expectation_.find(path);
+    if (p == nullptr || !p->trainable || !p->partitioned()) continue;
+    if (in_bucket > 0 && in_bucket + p->numel > reduce_bucket_size) {
+      ++t.reduce_scatters;
+      in_bucket = 0;
+    }
+    in_bucket += p->numel;
+    holding = true;
+  }
+  if (holding) ++t.reduce_scatters;
   return t;
 }
 

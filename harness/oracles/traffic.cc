@@ -1,4 +1,5 @@
-// I8: collectives, kind by kind, against the schedule the model replayed.
+// I8: collectives, kind by kind, and the count of reduce-scatters (one per gradient bucket),
+// against the schedule the model replayed.
 #include "harness/oracles/oracles.h"
 
 namespace zerocheck::oracles {
@@ -7,7 +8,7 @@ Result traffic(const std::string& operation, const model::Traffic& expected, con
                const std::string& target) {
   if (expected == measured) return std::nullopt;
   return violation("I8", target, operation, expected.to_text(), measured.to_text(),
-                   "the " + operation + " moved other elements than the ZeRO-3 schedule predicts");
+                   "the " + operation + " moved other elements, or in another number of reduce-scatters, than the ZeRO-3 schedule predicts");
 }
 
 }  // namespace zerocheck::oracles

@@ -52,6 +52,7 @@ struct TwinOutcome {
   std::vector<double> losses;                               // forward: by rank
   std::vector<std::shared_ptr<model::TrafficTrace>> traces;  // forward: each rank's schedule
   std::set<std::string> with_gradient;                      // backward
+  std::vector<std::vector<std::string>> ready_order;        // backward: by rank (DenseTwin::ready_order)
 };
 
 class SharedTwin {
