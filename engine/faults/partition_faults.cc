@@ -51,6 +51,14 @@ class ReduceScatterWrongShard final : public PlantedFault {
   }
 };
 
+// The bucket is flushed before its last gradient joins it, which then goes alone: every sum is
+// the same, and only the count of reduce-scatters shows it.
+class BucketFlushedOneGradientEarly final : public PlantedFault {
+  void bucket_flush_split(size_t held, size_t& first) const override {
+    if (held >= 2) first = held - 1;
+  }
+};
+
 class WrongGradientDivisor final : public PlantedFault {
   void gradient_divisor(const ManagedParam&, int world, int& divisor) const override { divisor = world + 1; }
 };
@@ -77,6 +85,10 @@ const PlantedFault& grad_shard_overallocated() {
 }
 const PlantedFault& reduce_scatter_wrong_shard() {
   static const ReduceScatterWrongShard fault;
+  return fault;
+}
+const PlantedFault& bucket_flushed_one_gradient_early() {
+  static const BucketFlushedOneGradientEarly fault;
   return fault;
 }
 const PlantedFault& wrong_gradient_divisor() {

@@ -41,6 +41,9 @@ TEST(CaughtOnlyByTheSplitOracles, TensorAttrChangedInPlace) { expect_holds("tens
 TEST(CaughtOnlyByTheSplitOracles, ShardChunkAligned) { expect_holds("shard-chunk-aligned"); }
 TEST(CaughtOnlyByTheSplitOracles, GradShardOverallocated) { expect_holds("grad-shard-overallocated"); }
 TEST(CaughtOnlyByTheSplitOracles, ExtraCollectivePerStep) { expect_holds("extra-collective-per-step"); }
+// Two Linears, every parameter partitioned, the default bucket: one backward is one reduce-scatter
+// of all four gradients, and the fault's is two. No number changes: only the count (I8) sees it.
+TEST(CaughtOnlyByI8, BucketFlushedOneGradientEarly) { expect_holds("bucket-flushed-one-gradient-early"); }
 TEST(CaughtOnlyByTheSplitOracles, RefuseGradientAccumulation) { expect_holds("refuse-gradient-accumulation"); }
 TEST(CaughtOnlyByTheSplitOracles, PlacedCopiesKept) { expect_holds("placed-copies-kept"); }
 TEST(CaughtOnlyByTheSplitOracles, RepeatRefusedWithWrongError) { expect_holds("repeat-refused-with-wrong-error"); }
