@@ -29,7 +29,8 @@ namespace zerocheck {
         "twin's parameters")                                                                        \
   X(I7, "no unexpected error: the engine raises exactly the errors the model predicts")            \
   X(I8, "every forward, backward and gather moves exactly the elements the schedule predicts, "   \
-        "for every collective kind; step moves only the clip's norm, zero_grad nothing")                                       \
+        "for every collective kind, and a backward reduce-scatters once per gradient bucket; "     \
+        "step moves only the clip's norm, zero_grad nothing")                                      \
   X(I9, "after every operation all ranks agree on the parameter list, shapes, partition sizes, "    \
         "statuses, the step counters and the parameters they hold")                                \
   X(I10, "a scenario replayed with its inert ZeRO knobs drawn again (buckets, prefetch, live and "  \
