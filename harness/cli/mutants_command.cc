@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -116,15 +117,17 @@ int run_ablation(const MutantsArgs& args) {
   const auto faults = selected_faults(args);
   nlohmann::json matrix = nlohmann::json::array();
   std::map<std::string, std::vector<std::string>> only_caught_by;  // oracle -> faults nobody else catches
+  size_t name_width = 32;  // the longest fault name sets the first column
+  for (const auto& info : faults) name_width = std::max(name_width, info.name.size());
   if (!args.json) {
     fmt::print("fault x oracle switched off: '.' still caught (by another oracle), 'S' survives\n");
-    fmt::print("{:<32}", "fault");
+    fmt::print("{:<{}}", "fault", name_width);
     for (const auto& c : columns) fmt::print(" {:>3}", c);
     fmt::print("\n");
   }
   for (const auto& info : faults) {
     nlohmann::json row{{"fault", info.name}, {"invariant", info.invariant}};
-    if (!args.json) fmt::print("{:<32}", info.name);
+    if (!args.json) fmt::print("{:<{}}", info.name, name_width);
     for (const auto& off : columns) {
       CheckOptions options = options_for(args, info);
       options.disabled_oracles = {off};
