@@ -330,8 +330,16 @@ def main():
             c.get("invariant") == invariant for c in planted):
         fail(f"{PLANTED_FAULT} planted in {PLANTED_SCENARIO}: expected an untriaged "
              f"{invariant} root cause, got {[(c['title'], c.get('triage')) for c in planted]}")
+    # A root cause the race hid in the base run (I3 names only the first place the twin parts:
+    # the race struck there first) comes back as new in the pull request's run: in a scenario
+    # where the race struck in either run, new says nothing about the pull request.
+    struck = {n for found in (installed, pr) for n, (_, _, hit) in found.items() if hit}
     new = sorted(c["title"] for c in summary["root_causes"] if c.get("baseline") == "new")
-    if sorted(t for t in new if t not in flaky) != titles:
+    hidden = sorted(c["title"] for c in summary["root_causes"] if c.get("baseline") == "new"
+                    and c["title"] not in titles and set(c["scenarios"]) <= struck)
+    if hidden:
+        print(f"new against the baseline only where the race struck in one run: {hidden}")
+    if sorted(t for t in new if t not in flaky and t not in hidden) != titles:
         fail(f"against the baseline the new root causes are {new}, expected only the planted "
              f"fault's {titles}")
     beside = lambda found: {n: v for n, v in found.items() if n != PLANTED_SCENARIO}
