@@ -69,10 +69,10 @@ class LocateStep(unittest.TestCase):
         observed.master_at_copy["w"] = [partition(self.before, 0)]
         self.assertEqual(self.locate(observed, rank=0), {"quantity": "copied_early", "param": "w"})
 
-    def test_with_loss_scaling_the_unscaled_gradient_is_not_compared(self):
+    def test_with_a_loss_scale_the_unscaled_gradient_is_not_compared(self):
         observed = a_correct_step(0, self.used, self.before, self.after)
         observed.unscaled_gradient["w"][0][0] += 1.0
-        observed.plain_scaling = False
+        observed.unit_loss_scale = False
         self.assertIsNone(self.locate(observed, rank=0))
 
     def test_with_clipping_the_clip_s_result_is_compared_with_the_twin_s(self):
@@ -316,7 +316,7 @@ class Capture(unittest.TestCase):
         self.assertEqual(observed.master_before["w"][0].tolist(), [1.0, 2.0, 3.0])
         self.assertEqual(observed.master_after["w"][0].tolist(), [0.0, 1.0, 2.0])
         self.assertEqual(observed.shard_after_copy["w"][0].tolist(), [0.0, 1.0, 2.0])
-        self.assertTrue(observed.plain_scaling)
+        self.assertTrue(observed.unit_loss_scale)
         self.assertTrue(capture.take().empty())  # taken: nothing piles up
         # The class is untouched: another optimizer is not captured.
         self.assertNotIn("_optimizer_step", vars(FakeStage3()))

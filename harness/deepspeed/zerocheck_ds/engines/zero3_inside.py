@@ -221,7 +221,7 @@ class Zero3Inside:
 
     def _after_unscale_and_clip_grads(self, sub_group_id, *_):
         optimizer = self._optimizer
-        self._observed.plain_scaling = float(getattr(optimizer, "loss_scale", 1.0)) == 1.0
+        self._observed.unit_loss_scale = float(getattr(optimizer, "loss_scale", 1.0)) == 1.0
         self._record_flat("unscaled_gradient", sub_group_id, gradient=True)
 
     def _before_optimizer_step(self, sub_group_id, *_):

@@ -79,7 +79,7 @@ class Observed:
     Each field maps a parameter name to its tensors in call order: `local_gradient` whole, the
     others this rank's partition (flat, padding included). `shard_after_copy` and
     `master_at_copy` are the shard and the fp32 master right after the copy back.
-    `plain_scaling`: the loss scale is 1, so the gradient after the unscale and clip must equal
+    `unit_loss_scale`: the loss scale is 1, so the gradient after the unscale and clip must equal
     the twin's after its clip (the one handed over when nothing clips). After a load: `loaded`, {field: {name: this
     rank's partition}} for "values", "master" and "state:<key>" as the load left them, and
     `restored_by`, {field: {name: (file, function)}} for the fields a load function changed."""
@@ -93,7 +93,7 @@ class Observed:
     master_after: dict = field(default_factory=dict)
     shard_after_copy: dict = field(default_factory=dict)
     master_at_copy: dict = field(default_factory=dict)
-    plain_scaling: bool = True
+    unit_loss_scale: bool = True
     loaded: dict = field(default_factory=dict)
     restored_by: dict = field(default_factory=dict)
 
@@ -178,7 +178,7 @@ def locate_step(observed, used, clipped, before, after, rank, world_size, params
     against_twin = [("handed_gradient", lambda n: part(used, n)),
                     ("master_before", lambda n: part(before, n)),
                     ("master_after", lambda n: part(after, n))]
-    if observed.plain_scaling:
+    if observed.unit_loss_scale:
         # A loss scale is not followed by the twin (I3 stops there), a clip is: its result is
         # compared, so a wrong clip is located at the clip, not at the optimizer step after it.
         against_twin.insert(1, ("unscaled_gradient", lambda n: part(clipped, n)))
