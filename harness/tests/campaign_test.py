@@ -74,7 +74,12 @@ def main():
     check(f"`{NUMBERING}`" in page and "**no**" in page, "campaign.md lists it, untriaged")
     check(f"untriaged root cause: {NUMBERING}" in done.stderr, "stderr names it")
 
-    # 2. Resumed: the draw goes on, nothing replayed twice, the time to find stays.
+    # 2. Resumed: the draw goes on, nothing replayed twice, the time to find stays, and the
+    # triage is KNOWN_UPSTREAM.md's of now, not what the state file says.
+    stale = state_of(out)
+    stale["causes"][NUMBERING]["triaged"] = True
+    with open(os.path.join(out, "campaign.json"), "w", encoding="utf-8") as f:
+        json.dump(stale, f)
     done = campaign(zerocheck, python, out, "--no-shrink", minutes="0.1")
     second = state_of(out)
     check(second["scenarios"] > first["scenarios"] and second["next"] == second["scenarios"],
@@ -82,6 +87,8 @@ def main():
     check(second["causes"][NUMBERING]["found_after_scenarios"] == cause["found_after_scenarios"],
           "a cause found before keeps its time to find")
     check(f"from draw {first['next']} of seed 1" in done.stderr, "the resumed run says where it starts")
+    check(not second["causes"][NUMBERING]["triaged"] and done.returncode == 1,
+          "a cause's triage is read again from KNOWN_UPSTREAM.md on resume")
 
     # 3. Another seed is refused; shard 1 of 2 draws apart.
     done = campaign(zerocheck, python, out, "--no-shrink", "--seed", "2", minutes="0.1")

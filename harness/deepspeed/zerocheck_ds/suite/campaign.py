@@ -121,6 +121,10 @@ def _campaign(args):
     supervisor = suite.Supervisor(args.suite, env, cwd, _log)
     run = report.Run(args=args.suite, files={})
     table = root_causes.known_upstream()
+    # A row added to KNOWN_UPSTREAM.md since a cause was found triages it now, on resume too.
+    for title, cause in state["causes"].items():
+        cause["triaged"] = title in table
+        cause["bug"] = (table.get(title) or {}).get("verdict")
     started, before = time.monotonic(), state["seconds"]
     budget = args.minutes * 60
     interrupted = False
