@@ -19,8 +19,9 @@ testing nothing. Then, in one run at world 2 on the copy:
      data-kept-after-backward's rule, but the gather's data), a load restoring Adam's moments as
      zeros (I3 at a load: the moments, not the values of the load rows);
   5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
-     in place on rank 1 after a step and after a save), gets the keys of the race's rows: those
-     rows hold the keys the race gives, on this DeepSpeed.
+     in place on rank 1 after a step and after a save; a gather's copy whose other rank's elements
+     land on the modifier rank after its edit), gets the keys of the race's rows: those rows hold
+     the keys the race gives, on this DeepSpeed.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
@@ -133,6 +134,25 @@ NOT_BROADCAST = {
     "master": [Edit(PARTITION, "        handles = [\n            dist.broadcast(p.data,\n",
                     f"        handles = [] if {planted('gathered-edit-not-broadcast')} else [\n"
                     "            dist.broadcast(p.data,\n")]}
+
+# gathered-copy-lands-after-the-edit: the Gloo race on the write side (KNOWN_UPSTREAM.md's `I3
+# initialize` row), planted: GatheredParameters hands rank 0 a copy whose other rank's elements
+# have not arrived (zeros), and they land when the context exits, over rank 0's edit. Its key
+# must be the race's row at a gather, which is how that row's key is known to be what it gives.
+_ENTER = "        self.params[0].all_gather(param_list=self.params)\n"
+_EXIT = "    def __exit__(self, *exc):\n        if not self.enabled:\n            return\n"
+GATHERED_COPY_LATE = [
+    Edit(PARTITION, _ENTER, _ENTER +
+         f"        self._zc_late = {planted('gathered-copy-lands-after-the-edit')} and dist.get_rank() == 0\n"
+         "        if self._zc_late:\n"
+         "            self._zc_arrived = [p.data.detach().clone() for p in self.params]\n"
+         "            for _zc_p in self.params:\n"
+         "                _zc_p.data.view(-1)[_zc_p.ds_tensor.numel():].zero_()\n"),
+    Edit(PARTITION, _EXIT, _EXIT +
+         "        if getattr(self, '_zc_late', False):\n"
+         "            for _zc_p, _zc_d in zip(self.params, self._zc_arrived):\n"
+         "                _zc_n = _zc_p.ds_tensor.numel()\n"
+         "                _zc_p.data.view(-1)[_zc_n:].copy_(_zc_d.view(-1)[_zc_n:])\n")]
 
 # After the step's gather of the persistent parameters, on rank 1:
 # - persistent-copy-made-locally-on-one-rank: each whole copy is replaced by one made from rank
@@ -261,6 +281,8 @@ FAULTS = {
         "v0.14": [], "master": []}),
     "persistent-copy-changed-in-place-at-a-save": ("I9", "sgd_persistent_copy_changed_at_save",
                                                    PERSISTENT_COPY_AT_SAVE),
+    "gathered-copy-lands-after-the-edit": ("I3", "sgd_gathered_copy_late", {
+        "v0.14": GATHERED_COPY_LATE, "master": GATHERED_COPY_LATE}),
     "backward-release-keeps-gathered-data": ("I4", "sgd_two_linears_release_skipped", {
         "v0.14": RELEASE_KEEPS_GATHER, "master": RELEASE_KEEPS_GATHER}),
     "optimizer-moments-zeroed-on-load": ("I3", "adam_load_moments_not_restored", {
@@ -278,12 +300,13 @@ NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_conf
                "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
                "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
                "sgd_two_linears_release_skipped", "adam_load_moments_not_restored",
-               "sgd_clip_binding"}
+               "sgd_clip_binding", "sgd_gathered_copy_late"}
 ABLATED = ("I3", "I4", "I6", "I9")
 # The planted look-alikes of the Gloo all_gather race (check 5), each with the invariants whose
 # root causes must be the race's rows, and the race's bug in the table.
 RACE_LOOKALIKES = {"persistent-copy-changed-in-place-on-one-rank": ("I3", "I9"),
-                   "persistent-copy-changed-in-place-at-a-save": ("I9",)}
+                   "persistent-copy-changed-in-place-at-a-save": ("I9",),
+                   "gathered-copy-lands-after-the-edit": ("I3",)}
 RACE_BUG = ("ZeRO-3 on Gloo: a blocking coalesced all_gather returns before every parameter's "
             "data has arrived")
 # The root cause of KNOWN_UPSTREAM.md's stale-gradient row (its first cell): a planted wrong
@@ -472,7 +495,7 @@ def main():
                    if c.get("invariant") in invariants and FAULTS[name][1] in c["scenarios"]})
     print(f"root causes of the race's look-alikes: {race}")
     bugs = bug_titles()
-    check(len(race) == 3 and all(bugs.get(t) == RACE_BUG for t in race),
+    check(len(race) == 4 and all(bugs.get(t) == RACE_BUG for t in race),
           f"the race's look-alikes land on the Gloo all_gather race's rows: {race}")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0

@@ -172,6 +172,34 @@ class LocateLoad(unittest.TestCase):
         self.assertEqual(inside.described(found)["quantity"], "the optimizer's step")
 
 
+class LocateGather(unittest.TestCase):
+    """A gather with a modifier rank: the copy that rank edited against the twin's value before
+    the edit, then after it (a gather that handed over a copy before its data arrived)."""
+
+    def observed(self, copy, edited):
+        observed = inside.Observed()
+        observed.add("gathered_copy", "w", copy)
+        observed.add("edited_copy", "w", edited)
+        return observed
+
+    def locate(self, observed):
+        return inside.locate_gather(observed, {"w": W}, {"w": W / 2}, PARAMS)
+
+    def test_a_right_copy_edited_locates_nothing(self):
+        self.assertIsNone(self.locate(self.observed(W, W / 2)))
+        self.assertIsNone(self.locate(inside.Observed()))  # a rank that read no copy
+
+    def test_a_copy_handed_over_wrong_then_one_changed_under_the_edit(self):
+        stale = W.clone()
+        stale[4] = 0.0  # rank 1's element, as before its data arrived
+        self.assertEqual(self.locate(self.observed(stale, stale / 2)),
+                         {"quantity": "gathered_copy", "param": "w"})
+        # The copy was right, and the gather's data landed after the edit: the edit is gone.
+        self.assertEqual(self.locate(self.observed(W, W)),
+                         {"quantity": "edited_copy", "param": "w"})
+        self.assertFalse(self.observed(W, W).empty())
+
+
 class Keys(unittest.TestCase):
     def finding(self, origin, attribute="value", op="step"):
         return {"invariant": "I3", "op": op, "attribute": attribute, "origin": origin,
@@ -239,6 +267,15 @@ class Keys(unittest.TestCase):
             for w in (gather, fetch)}
         self.assertEqual(titles, {f"I3 step: whole copy first differs from the dense twin, last "
                                   f"written by {w}" for w in (gather, fetch)})
+
+    def test_a_gathered_copy_is_keyed_at_the_gather_not_after_the_edit(self):
+        origin = dict(self.located("gathered_copy", None, op="gather"), after_gathered_edit=False)
+        title = root_causes.cause_title(self.finding(origin, "value after a gathered edit", "gather"))
+        self.assertEqual(title, "I3 gather: the gathered copy the edit was made on first differs "
+                                "from the dense twin: deepspeed/runtime/zero/partition_parameters.py "
+                                "GatheredParameters.__enter__()")
+        self.assertNotEqual(title, root_causes.cause_title(
+            self.finding(None, "value after a gathered edit", "gather")))
 
     def test_later_i3_findings_belong_to_the_first(self):
         first = dict(self.finding(self.located("copy_back", True)), op_index=3)
@@ -320,6 +357,17 @@ class Capture(unittest.TestCase):
         self.assertTrue(capture.take().empty())  # taken: nothing piles up
         # The class is untouched: another optimizer is not captured.
         self.assertNotIn("_optimizer_step", vars(FakeStage3()))
+
+    def test_a_gathered_copy_is_recorded_as_handed_over_before_the_edit(self):
+        _, param, capture = self.make()
+        param.data = torch.arange(1.0, 6.0)
+        capture.note_gathered([param, FakeStage3.Param()])  # a parameter of no name is left out
+        param.data.mul_(0.5)  # the user's edit after the note: not what was handed over
+        capture.note_gathered([param], "edited_copy")
+        observed = capture.take()
+        self.assertEqual(observed.gathered_copy["w"][0].tolist(), [1.0, 2.0, 3.0, 4.0, 5.0])
+        self.assertEqual(observed.edited_copy["w"][0].tolist(), [0.5, 1.0, 1.5, 2.0, 2.5])
+        self.assertEqual(list(observed.gathered_copy), ["w"])
 
     def test_a_load_hands_over_each_field_and_the_method_that_restored_it(self):
         optimizer, param, capture = self.make()

@@ -8,6 +8,7 @@ import unittest
 import torch
 
 from zerocheck_ds.engines.adapters import PassThroughAdapter
+from zerocheck_ds.oracles import inside
 from zerocheck_ds.world.exchange import Exchange
 from zerocheck_ds.replay.replay import Replay
 from zerocheck_ds.scenario.scenario import load_scenario
@@ -34,6 +35,37 @@ class DropsTheEdit(PassThroughAdapter):
 
     def gather(self, engine, module, modifier_rank, scale):
         pass
+
+
+class ReadsTheGatheredCopy(PassThroughAdapter):
+    """Hands I3 the copy a gather's modifier rank edits, as DeepSpeed's adapter does; `late`:
+    the copy is handed over before its data arrived (zeros), and the data lands `after` the edit
+    (the edit is lost) or before it (the values end right). `skip_steps_after`: the optimizer
+    steps no more after the gather (a later bug of its own)."""
+
+    def __init__(self, late=False, after=True, skip_steps_after=False):
+        super().__init__()
+        self.late, self.after, self.skip_steps_after = late, after, skip_steps_after
+        self._observed, self._gathered = inside.Observed(), False
+
+    def inside(self, engine):
+        observed, self._observed = self._observed, inside.Observed()
+        return observed
+
+    def gather(self, engine, module, modifier_rank, scale):
+        prefix = next(n for n, m in engine.module.named_modules() if m is module)
+        named = [(f"{prefix}.{n}" if prefix else n, p) for n, p in module.named_parameters()]
+        with torch.no_grad():
+            for name, p in named:
+                self._observed.add("gathered_copy", name, torch.zeros_like(p) if self.late else p)
+                if not (self.late and self.after):
+                    p.mul_(scale)
+                self._observed.add("edited_copy", name, p)
+        self._gathered = True
+
+    def step(self, engine):
+        if not (self.skip_steps_after and self._gathered):
+            super().step(engine)
 
 
 def replay(name, adapter):
@@ -78,6 +110,24 @@ class Gather(unittest.TestCase):
         result = replay("gather_modifier_rank_0", DropsTheEdit())
         first = [f for f in result.findings if f.invariant == "I3"][0]
         self.assertEqual((first.op, first.attribute), ("gather", "whole copy after a gathered edit"))
+
+    def first_i3(self, adapter):
+        return [f for f in replay("gather_modifier_rank_0", adapter).findings
+                if f.invariant == "I3"][0]
+
+    def test_a_copy_handed_over_before_its_data_is_located_at_the_gather(self):
+        first = self.first_i3(ReadsTheGatheredCopy(late=True))
+        self.assertEqual((first.op, first.attribute), ("gather", "whole copy after a gathered edit"))
+        self.assertEqual((first.origin["quantity"], first.origin["function"],
+                          first.origin["after_gathered_edit"]),
+                         ("the gathered copy the edit was made on", inside.GATHER_FUNCTION, False))
+
+    def test_a_late_copy_that_left_the_values_right_is_no_later_finding_s_cause(self):
+        self.assertEqual(found(replay("gather_modifier_rank_0", ReadsTheGatheredCopy(
+            late=True, after=False)), "I3"), [])
+        first = self.first_i3(ReadsTheGatheredCopy(late=True, after=False, skip_steps_after=True))
+        self.assertEqual(first.op, "step")
+        self.assertNotEqual((first.origin or {}).get("function"), inside.GATHER_FUNCTION)
 
     def test_without_a_modifier_rank_nothing_is_kept(self):
         self.assertEqual(found(replay("gather_no_modifier_rank", DropsTheEdit()), "I3"), [])

@@ -113,11 +113,17 @@ class DeepSpeedAdapter(Adapter):
         import torch
 
         params = list(module.parameters())
+        capture = self._inside.get(id(engine))
+        publishes = modifier_rank is not None and _rank() == modifier_rank
         with self._deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank):
-            if modifier_rank is None or _rank() == modifier_rank:
+            if capture is not None and publishes:  # I3's root cause: the copy the edit is made on
+                capture.note_gathered(params, "gathered_copy")
+            if modifier_rank is None or publishes:
                 with torch.no_grad():
                     for p in params:
                         p.mul_(scale)
+            if capture is not None and publishes:
+                capture.note_gathered(params, "edited_copy")
 
     def is_config_error(self, exception):
         # What DeepSpeed raises for a config it cannot use, v0.14.5 and master alike: its config

@@ -80,6 +80,16 @@ class Zero3Inside:
             self._safely(lambda: self._hand_over_load(observed), ())
         return observed
 
+    def note_gathered(self, params, quantity="gathered_copy"):
+        """The whole copies a GatheredParameters context handed the user, read before the user's
+        edit ("gathered_copy") and after it ("edited_copy"); the adapter calls it on the rank
+        whose edit is published."""
+        def record():
+            for p in params:
+                if self._name(p) is not None:
+                    self._observed.add(quantity, self._name(p), p.data)
+        self._safely(record, ())
+
     # ---- the wrapping -------------------------------------------------------------------------
 
     def _wrap(self, method, original):

@@ -1,4 +1,4 @@
-"""Where an engine and the dense twin first part inside a backward, a step or a load (I3's root cause).
+"""Where an engine and the dense twin first part inside a backward, a step, a load or a gather (I3's root cause).
 
 I3 compares what a rank holds after each operation; a wrong number after a step can come from
 the gradient, the reduction, the accumulation, the unscale and clip, the optimizer or the copy
@@ -11,7 +11,10 @@ differs". After a load, `locate_load` compares each restored field (the values, 
 master, each optimizer state field) with what the twin restored, in that order: the first that
 differs, and the load function that restored it as the adapter saw it (or none: the load left it
 as it was), key the cause, so a load that restores the wrong values and one that restores wrong
-moments are two causes.
+moments are two causes. At a gather with a modifier rank, `locate_gather` compares the whole copy
+that rank edited with the twin's value before the edit, and after it: a copy handed over wrong
+or changed under the edit (a gather that returned before its data arrived) is a cause of its
+own, not the edit's fate.
 
 Comparisons are exact (equal as numbers, NaN matching NaN) and cover this rank's real elements of
 each partition (padding aside): the caller asks only where the twin's numbers are the engine's
@@ -28,6 +31,8 @@ from ..model.twin import reduce_gradients
 
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 ENGINE = "deepspeed/runtime/engine.py"
+PARTITION = "deepspeed/runtime/zero/partition_parameters.py"
+GATHER_FUNCTION = "GatheredParameters.__enter__"  # where the user's whole copy comes from
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,13 @@ QUANTITIES = (
     Quantity("restored_values", "load", "the parameter's value", ENGINE, "load_checkpoint"),
     Quantity("restored_master", "load", "the fp32 master", ENGINE, "load_checkpoint"),
     Quantity("restored_state", "load", "the optimizer's state", ENGINE, "load_checkpoint"),
+    # A gather with a modifier rank: the whole copy that rank's edit was made on, then that copy
+    # as the edit left it (the value after the gather is it, published): a copy handed over
+    # wrong, or changed under the edit, is where it went wrong.
+    Quantity("gathered_copy", "gather", "the gathered copy the edit was made on", PARTITION,
+             GATHER_FUNCTION),
+    Quantity("edited_copy", "gather", "the gathered copy as the edit left it", PARTITION,
+             GATHER_FUNCTION),
 )
 _BY_KEY = {q.key: q for q in QUANTITIES}
 ORDER = {q.key: i for i, q in enumerate(QUANTITIES)}
@@ -82,7 +94,9 @@ class Observed:
     `unit_loss_scale`: the loss scale is 1, so the gradient after the unscale and clip must equal
     the twin's after its clip (the one handed over when nothing clips). After a load: `loaded`, {field: {name: this
     rank's partition}} for "values", "master" and "state:<key>" as the load left them, and
-    `restored_by`, {field: {name: (file, function)}} for the fields a load function changed."""
+    `restored_by`, {field: {name: (file, function)}} for the fields a load function changed.
+    `gathered_copy` and `edited_copy`: at a gather, on the rank whose edit is published, each
+    parameter's whole copy as the gather handed it over, then as the edit left it."""
 
     local_gradient: dict = field(default_factory=dict)
     reduced_partition: dict = field(default_factory=dict)
@@ -96,6 +110,8 @@ class Observed:
     unit_loss_scale: bool = True
     loaded: dict = field(default_factory=dict)
     restored_by: dict = field(default_factory=dict)
+    gathered_copy: dict = field(default_factory=dict)
+    edited_copy: dict = field(default_factory=dict)
 
     def add(self, quantity, name, tensor):
         getattr(self, quantity).setdefault(name, []).append(
@@ -104,7 +120,8 @@ class Observed:
     def empty(self):
         return not any(getattr(self, q) for q in (
             "local_gradient", "reduced_partition", "accumulated_partition", "handed_gradient",
-            "unscaled_gradient", "master_before", "master_after", "shard_after_copy", "loaded"))
+            "unscaled_gradient", "master_before", "master_after", "shard_after_copy", "loaded",
+            "gathered_copy", "edited_copy"))
 
 
 def this_ranks_part(whole, rank, world_size):
@@ -230,6 +247,23 @@ def locate_load(observed, values, optimizer_state, rank, world_size, params):
             return {"quantity": quantity, "param": name, "field": field_name,
                     "file": by[0] if by else q.file, "function": by[1] if by else q.function,
                     "restored": by is not None}
+    return None
+
+
+def locate_gather(observed, before, after, params):
+    """The first of a gather's copies that differs from the twin's, as {"quantity", "param"}, or
+    None: the copy the modifier rank edited against the twin's value before its edit (`before`,
+    {name: value}), then that copy after the edit against the twin's after it (`after`); a copy
+    changed under the edit (a gather's data landing late) differs there. `params`: [(name,
+    numel)] in the engine's order. Only the modifier rank reads the copies: another rank's is
+    overwritten by the broadcast."""
+    for key, values in (("gathered_copy", before), ("edited_copy", after)):
+        seen = getattr(observed, key)
+        for name, _ in params:
+            copies, expected = seen.get(name), values.get(name)
+            if copies and expected is not None and not _equal(
+                    expected.detach().reshape(-1).float(), copies[-1]):
+                return _found(key, name)
     return None
 
 

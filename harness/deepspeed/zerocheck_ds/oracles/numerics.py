@@ -299,12 +299,16 @@ class NumericChecks:
         # fate (its own signature), not the training rules'.
         self._after_gathered_edit = True
         target = self._twin.target
+        # The copy the modifier rank edited must be the twin's value before the edit.
+        before = {name: value.clone() for name, value in self._twin.values().items()}
         def edit():
             with torch.no_grad():
                 for p in self._reference_model().get_submodule(module_path).parameters():
                     if any(p is q for q in target.parameters()):
                         p.mul_(scale)
         self._twin_does(edit)
+        self._twin_inside = ("gather", before,
+                             {name: value.clone() for name, value in self._twin.values().items()})
 
     def consolidation_expectation(self):
         """{state dict key: the twin's value} of the followed target (a tied parameter under each
@@ -394,9 +398,15 @@ class NumericChecks:
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         if "I3" in self.enabled:
-            findings += self._safely(index, op, "I3", lambda: self._parity(
+            parity = self._safely(index, op, "I3", lambda: self._parity(
                 index, op, state, self._assemble(state, expected, gathered),
                 stepped=event == "boundary", objects=objects))
+            findings += parity
+            if (not parity and self._located is not None and self._located["op_index"] == index
+                    and self._located["function"] == inside.GATHER_FUNCTION):
+                # A gather's copy that differed but left the values right (its late data landed
+                # before the edit) parted from nothing: later findings are not its.
+                self._located = None
         return findings
 
     # ---- who wrote a field (I3's whole copy, I4, I9) ---------------------------------------------
@@ -582,6 +592,10 @@ class NumericChecks:
                 return inside.locate_backward(
                     observed, gradients, accumulated, self.rank, self.world_size,
                     self._training.divide_before_sum, params)
+            if twin_inside[0] == "gather":
+                _, before, after = twin_inside
+                return inside.locate_gather(observed, before, after,
+                                            [(name, numel) for name, _, numel, _ in expected])
             if twin_inside[0] == "load":
                 _, values, optimizer_state = twin_inside
                 return inside.locate_load(observed, values, optimizer_state, self.rank,
@@ -606,7 +620,9 @@ class NumericChecks:
                          "param": found["param"], "quantity": words["quantity"],
                          "file": words["file"], "function": words["function"],
                          "got_gradient": with_gradient,
-                         "after_gathered_edit": self._after_gathered_edit}
+                         # a gather's own quantity says the edit: not "after" it
+                         "after_gathered_edit": (self._after_gathered_edit
+                                                 and words["phase"] != "gather")}
         if words["phase"] == "load":
             self._located["restored"] = words["restored"]
 
