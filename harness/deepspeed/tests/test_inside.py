@@ -69,6 +69,20 @@ class LocateStep(unittest.TestCase):
         observed.master_at_copy["w"] = [partition(self.before, 0)]
         self.assertEqual(self.locate(observed, rank=0), {"quantity": "copied_early", "param": "w"})
 
+    def test_bf16_shards_hold_the_master_rounded_and_the_master_keeps_its_bits(self):
+        # A bf16 step: the shard is the fp32 master rounded to nearest even, the master is not.
+        after = self.after + 1e-3
+        observed = a_correct_step(0, self.used, self.before, after)
+        rounded = partition(after, 0).to(torch.bfloat16)
+        observed.shard_after_copy["w"] = [rounded.float()]
+        observed.copy_of_master["w"] = [rounded.float()]
+        self.assertIsNone(inside.locate_step(observed, {"w": self.used}, {"w": self.used},
+                                             {"w": self.before}, {"w": after}, 0, WORLD, PARAMS))
+        observed.shard_after_copy["w"] = [partition(after, 0)]  # not rounded: not the copy's
+        self.assertEqual(inside.locate_step(observed, {"w": self.used}, {"w": self.used},
+                                            {"w": self.before}, {"w": after}, 0, WORLD, PARAMS),
+                         {"quantity": "copy_back", "param": "w"})
+
     def test_with_a_loss_scale_the_unscaled_gradient_is_not_compared(self):
         observed = a_correct_step(0, self.used, self.before, self.after)
         observed.unscaled_gradient["w"][0][0] += 1.0

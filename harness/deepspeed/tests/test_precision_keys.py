@@ -86,9 +86,16 @@ class Effect(unittest.TestCase):
     def test_the_twin_stops_following_what_it_does_not_compute_yet(self):
         self.assertEqual(twin.precision_not_followed(deepspeed_config(read_config({}, "$", 2)[0])), ())
         config, _ = read_config(WRITTEN, "$", 2)
-        # The clip is followed (twin.clip_gradients); the dtypes are not yet.
-        self.assertEqual(twin.precision_not_followed(config),
-                         ("bf16.enabled", "communication_data_type"))
+        # The clip is followed (twin.clip_gradients), and bf16 at ZeRO stage 3 at world <= 2
+        # (twin.Precision), a bf16 or fp32 reduce and accumulation with it; not below stage 3.
+        self.assertEqual(config["zero_optimization"]["stage"], 3)  # the scenario's default
+        self.assertEqual(twin.precision_not_followed(config, world_size=2), ())
+        self.assertEqual(twin.precision_not_followed(config, world_size=3),
+                         ("bf16.enabled at world >= 3",))
+        zero2 = dict(config, zero_optimization=dict(config["zero_optimization"], stage=2))
+        self.assertEqual(twin.precision_not_followed(zero2), ("bf16.enabled below ZeRO stage 3",))
+        fp16, _ = read_config({"fp16": {"enabled": True}}, "$", 2)
+        self.assertEqual(twin.precision_not_followed(fp16), ("fp16.enabled",))
         fp32, _ = read_config({"bf16": {"enabled": False}, "communication_data_type": "fp32",
                                "data_types": {"grad_accum_dtype": "fp32"},
                                "gradient_clipping": 0.0}, "$", 2)

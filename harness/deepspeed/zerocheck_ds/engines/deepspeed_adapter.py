@@ -35,6 +35,7 @@ from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 # clip, nor does the replay's twin follow ZeRO-1/2's fp32 norm (--stage 1, 2): without the pin
 # both would lose I3 on master.
 PINNED_WHEN_ABSENT = {"gradient_clipping": 0.0}
+ZERO_TO_FP32 = "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint"
 
 
 def deepspeed_config(config):
@@ -109,6 +110,9 @@ class DeepSpeedAdapter(Adapter):
     def construction(self, config):
         return ZeroInitConstruction(self._deepspeed, deepspeed_config(config))
 
+    # zero_to_fp32 reads the checkpoint's fp32 masters, not the 16-bit values (checkpoints.py).
+    FP32_MASTER_CONSOLIDATIONS = (ZERO_TO_FP32,)
+
     def gather(self, engine, module, modifier_rank, scale):
         import torch
 
@@ -179,8 +183,10 @@ class DeepSpeedAdapter(Adapter):
         # The clip DeepSpeed gets (the scenario's, else the version's default or the pin), and
         # what a non-finite norm becomes on this version (twin.deepspeed_training).
         clipping = precision_in_effect(config, self.version(), PINNED_WHEN_ABSENT)["gradient_clipping"][0]
-        nonfinite = float("nan") if precision_column(self.version()) == "v0.14.5" else 1.0
-        return twin.deepspeed_training(stage, scaling, clipping, nonfinite)
+        column = precision_column(self.version())
+        nonfinite = float("nan") if column == "v0.14.5" else 1.0
+        return twin.deepspeed_training(stage, scaling, clipping, nonfinite,
+                                       twin.deepspeed_precision(config, column))
 
     def observe(self, engine):
         module = getattr(engine, "module", None)
@@ -293,10 +299,10 @@ class DeepSpeedAdapter(Adapter):
         except ImportError:
             return out
         try:
-            out["zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint"] = (
+            out[ZERO_TO_FP32] = (
                 get_fp32_state_dict_from_zero_checkpoint(directory, tag=tag))
         except Exception as e:  # noqa: BLE001 - a checkpoint it cannot read is a finding
-            out["zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint"] = e
+            out[ZERO_TO_FP32] = e
         return out
 
     def checkpoint_state(self, engine):

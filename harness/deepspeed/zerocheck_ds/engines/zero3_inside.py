@@ -244,8 +244,9 @@ class Zero3Inside:
         for name, p, (flat, offset, size) in self._sub_group(sub_group_id):
             if name is not None:
                 self._observed.add("shard_after_copy", name, p.ds_tensor)
-                self._observed.add("master_at_copy", name,
-                                   flat.detach().narrow(0, offset, size).to(p.ds_tensor.dtype))
+                master = flat.detach().narrow(0, offset, size)
+                self._observed.add("master_at_copy", name, master)
+                self._observed.add("copy_of_master", name, master.to(p.ds_tensor.dtype))
 
 
 def capture(engine):

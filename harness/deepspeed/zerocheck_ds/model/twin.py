@@ -4,7 +4,8 @@ Every rank's micro-batch runs through the one copy and gets its own gradient; th
 reduced over the ranks and accumulated over micro-steps the way the engine under test does it,
 and the optimizer steps whole tensors at each accumulation boundary. With the right rules (a
 `Training` row) the twin equals DeepSpeed ZeRO bit for bit at world 2 in fp32 (with ZeRO-3's gradient
-clipping: `clip_gradients`), and equals zerocheck's C++ dense twin bit for bit at any world size.
+clipping: `clip_gradients`) and with ZeRO-3's bf16 parameters (`Precision`), and equals zerocheck's
+C++ dense twin bit for bit at any world size.
 
 This module needs torch and nothing else (not this package): the replay uses it, and repro
 scripts can carry a copy.
@@ -20,6 +21,7 @@ How DeepSpeed trains, as measured (harness/deepspeed/README.md, "Numerics", has 
 | engine.zero_grad() | zeroes the accumulated gradients | no effect on the reduced partitions | no effect on the reduced partitions | drops each rank's local accumulation (module .grad) |
 | a parameter without a gradient | skipped until it first gets one | stepped with zeros (flat partitions) | stepped with zeros | stepped with zeros |
 | gradient clipping at a boundary | `clip_gradients` | `clip_gradients`, norm sentinel per version | not followed (fp32 norm) | not followed (fp32 norm) |
+| bf16 parameters | not built | `Precision`: bf16 values, fp32 master, reduce and accumulation dtypes, round back (world <= 2) | not followed | not followed |
 
 A step counts as a micro-step; only every GAS-th one (the boundary) updates the parameters.
 """
@@ -31,6 +33,47 @@ import torch
 import torch.nn.functional as F
 
 from ..scenario import schema
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes of a ZeRO-3 step (docs/deepspeed-precision.md, rules R1, R3, R4, R9): the
+    parameters' and shards' (`param`), the reduce-scatter's (`comm`), the accumulated gradient's
+    (`accum`), and whether the reduced gradient is rounded to `param` before it meets the
+    accumulation (v0.14.5, runtime/zero/stage3.py:1350-1351) or cast straight to `accum` (master,
+    :1825-1826). With 16-bit parameters the optimizer steps an fp32 master, the parameters
+    widened at initialize (R1), and the step's result is rounded back to them (R9)."""
+
+    param: torch.dtype = torch.float32
+    comm: torch.dtype = torch.float32
+    accum: torch.dtype = torch.float32
+    reduced_to_param_first: bool = False
+
+    @property
+    def mixed(self):
+        return self.param != torch.float32
+
+    @property
+    def plain(self):
+        """fp32 throughout: the reduce is reduce_gradients', no cast anywhere."""
+        return self.param == self.comm == self.accum == torch.float32
+
+
+FP32 = Precision()
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def deepspeed_precision(config, column):
+    """The Precision DeepSpeed ZeRO-3 trains `config` with on `column` ("v0.14.5" or "master",
+    scenario/config.py precision_column): `bf16.enabled` makes the parameters bf16, and the
+    communication and accumulation dtypes default to the parameters' (runtime/engine.py:857-869,
+    923-938 (v0.14.5), :1404-1416, 1485-1496 (master)). precision_not_followed says which configs
+    the twin cannot follow."""
+    param = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
+    default = "bf16" if param == torch.bfloat16 else "fp32"
+    comm = _DTYPES.get(config.get("communication_data_type") or default)
+    accum = _DTYPES.get(config.get("data_types", {}).get("grad_accum_dtype") or default)
+    return Precision(param, comm, accum, reduced_to_param_first=column == "v0.14.5")
 
 
 @dataclass(frozen=True)
@@ -51,6 +94,7 @@ class Training:
     clip_followed: bool = True
     # What a non-finite global norm becomes before the clip (None: stays): DeepSpeed's sentinel.
     nonfinite_norm: float = None
+    precision: Precision = FP32
 
 
 ZEROCHECK = Training("zerocheck", divide_before_sum=False, reduce_each_backward=True,
@@ -61,29 +105,40 @@ TORCH = Training("torch", divide_before_sum=False, reduce_each_backward=True, ga
                  reset_after_step=False, zero_grad_effect="none", step_without_gradient=False)
 
 
-def deepspeed_training(stage, gas_scaling, gradient_clipping=0.0, nonfinite_norm=None):
+def deepspeed_training(stage, gas_scaling, gradient_clipping=0.0, nonfinite_norm=None,
+                       precision=FP32):
     """DeepSpeed ZeRO `stage` (1, 2, 3) whose accumulation scaling is `gas_scaling`, clipping at
     `gradient_clipping` (0: off) with a non-finite norm read as `nonfinite_norm`: v0.14.5's
     `inf_or_nan * -1 + ...` gives NaN (runtime/zero/stage3.py:1766-1771 (v0.14.5)), master's
     torch.where gives -1, which the group norm turns into 1.0 (`:2304-2309,2618` (master); one
-    sub-group, as the twin's models have)."""
+    sub-group, as the twin's models have); in `precision`'s dtypes (deepspeed_precision)."""
     return Training(f"deepspeed-stage{stage}-{gas_scaling}", divide_before_sum=True,
                     reduce_each_backward=stage >= 2, gas_scaling=gas_scaling,
                     reset_after_step=True, zero_grad_effect="local" if stage == 1 else "nothing",
                     step_without_gradient=True, gradient_clipping=gradient_clipping,
-                    clip_followed=stage == 3, nonfinite_norm=nonfinite_norm)
+                    clip_followed=stage == 3, nonfinite_norm=nonfinite_norm, precision=precision)
 
 
-def precision_not_followed(config):
+def precision_not_followed(config, world_size=1):
     """Returns the precision keys of DeepSpeed's `config` that change its numbers and that this
-    twin does not compute yet ((): none). It computes fp32, with ZeRO-3's clip (Training);
-    bf16/fp16 casts and a 16-bit reduce or accumulation are issue 40's next rules."""
-    keys = [f"{section}.enabled" for section in schema.some("config_keys", "bf16", "fp16")
-            if config.get(section, {}).get("enabled")]
-    if config.get("communication_data_type", "fp32") != "fp32":
-        keys.append("communication_data_type")
-    if config.get("data_types", {}).get("grad_accum_dtype", "fp32") != "fp32":
-        keys.append("data_types.grad_accum_dtype")
+    twin does not compute ((): none). It follows fp32 with ZeRO-3's clip, and bf16 parameters at
+    ZeRO stage 3 at world 1 or 2 with a bf16 or fp32 reduce and accumulation (Precision): there
+    Gloo's bf16 SUM of two ranks is their fp32 sum rounded once (docs/deepspeed-precision.md,
+    "Risks"), which the twin computes; at world >= 3 Gloo rounds after each addition in an
+    order of its own. fp16 (a loss scaler on CPU) and ZeRO-1/2's bf16 paths are not followed."""
+    keys = []
+    if config.get("fp16", {}).get("enabled"):
+        keys.append("fp16.enabled")
+    bf16 = bool(config.get("bf16", {}).get("enabled"))
+    if bf16 and config.get("zero_optimization", {}).get("stage") != 3:
+        keys.append("bf16.enabled below ZeRO stage 3")
+    if bf16 and world_size > 2:
+        keys.append("bf16.enabled at world >= 3")
+    for key, value in (("communication_data_type", config.get("communication_data_type")),
+                       ("data_types.grad_accum_dtype",
+                        config.get("data_types", {}).get("grad_accum_dtype"))):
+        if value not in (None, "fp32") and not (bf16 and value == "bf16"):
+            keys.append(key)
     return tuple(keys)
 
 
@@ -100,6 +155,25 @@ def reduce_gradients(grads, world_size, divide_before_sum):
     if total is not None and not divide_before_sum:
         total = total.div(world_size)
     return total
+
+
+def reduce_in_dtypes(grads, world_size, precision):
+    """DeepSpeed ZeRO-3's reduce of per-rank gradients in `precision`'s dtypes (R3): each cast to
+    the communication dtype and divided by the world size in it (runtime/zero/stage3.py:1331-1333,
+    runtime/comm/coalesced_collectives.py:124 (v0.14.5)), summed as Gloo sums two ranks (the fp32
+    sum rounded once to the communication dtype: docs/deepspeed-precision.md, "Risks"; world 1
+    or 2 only, precision_not_followed), then rounded to the parameter dtype first on v0.14.5
+    (stage3.py:1350-1351) and cast to the accumulation dtype. None where no rank had one."""
+    parts = [g.to(precision.comm).div(world_size) for g in grads if g is not None]
+    if not parts:
+        return None
+    total = parts[0].float()
+    for part in parts[1:]:
+        total = total + part.float()
+    total = total.to(precision.comm)
+    if precision.reduced_to_param_first:
+        total = total.to(precision.param)
+    return total.to(precision.accum)
 
 
 def clip_gradients(grads, max_norm, nonfinite_norm=None):
@@ -153,6 +227,9 @@ class DenseTwin:
         self._run = run
         self.target = None
         self.params = []  # [(name, parameter)] of the target, named_parameters() order
+        # {name: the fp32 master the optimizer steps}: the parameters themselves in fp32, else
+        # a widened copy (Precision).
+        self._masters = {}
         self._optimizer = None
         self._reduced = {}  # name -> the gradient the next boundary steps with
         self._local = {}  # name -> [per-rank accumulated gradient] (reduced at the boundary)
@@ -173,10 +250,20 @@ class DenseTwin:
     # ---- the engine's life ------------------------------------------------------------------
 
     def start(self, path):
-        """A new engine over the module at `path`, with a fresh optimizer: nothing accumulated."""
+        """A new engine over the module at `path`, with a fresh optimizer: nothing accumulated.
+        With 16-bit parameters the engine casts them (R1: round to nearest even) and keeps them
+        widened as the fp32 master."""
         self.target = self.model.get_submodule(path)
         self.params = list(self.target.named_parameters())
-        trainable = [p for _, p in self.params if p.requires_grad]
+        precision = self.training.precision
+        with torch.no_grad():
+            for _, p in self.params:
+                if p.dtype != precision.param:
+                    p.data = p.data.to(precision.param)
+        self._masters = {name: p if not precision.mixed
+                         else p.detach().float().clone().requires_grad_(p.requires_grad)
+                         for name, p in self.params}
+        trainable = [self._masters[n] for n, p in self.params if p.requires_grad]
         self._optimizer = self._make_optimizer(trainable) if trainable else None
         self._reduced, self._local, self._pending = {}, {}, []
         self._magnitude, self._reductions, self.last_step = {}, 0, ({}, 0)
@@ -188,11 +275,12 @@ class DenseTwin:
         self._pending = []
         losses = []
         for x, y in batches:
-            out = self._run(self.target, x, route())
+            # The engine's adapter hands a 16-bit engine its input in the parameters' dtype.
+            out = self._run(self.target, x.to(self.training.precision.param), route())
             if self.training.gas_scaling == "output_gradient" and out.requires_grad:
                 steps = self.accumulation_steps
                 out.register_hook(lambda g: g / steps)
-            loss = F.mse_loss(out, y)
+            loss = F.mse_loss(out.float(), y)  # as the replay's (replay/training.py)
             self._pending.append(loss)
             losses.append(loss.item())
         return losses
@@ -210,7 +298,9 @@ class DenseTwin:
         per_rank = []
         for loss in pending:
             if self.training.gas_scaling == "loss" and self.accumulation_steps > 1:
-                loss = loss / self.accumulation_steps
+                # v0.14.5 divides the loss in fp32 (runtime/engine.py:1986-1987): a bf16 loss's
+                # gradient is fp32(1 / GAS) rounded to bf16, not 1 / GAS in bf16.
+                loss = loss.float() / self.accumulation_steps
             per_rank.append(torch.autograd.grad(loss, tensors, allow_unused=True))
         reached = set()
         self.last_gradients = {}
@@ -243,7 +333,9 @@ class DenseTwin:
         self.micro_steps += 1
         if self.micro_steps % self.accumulation_steps != 0:
             return False
-        # What the engine hands its clip (inside.py compares it before the clip), then the clip.
+        # The optimizer's fp32 gradient (the accumulated one widened: stage3.py:1851-1858
+        # (v0.14.5)); what the engine hands its clip (inside.py compares it before the clip).
+        self._reduced = {name: g.float() for name, g in self._reduced.items()}
         used = {name: (g.clone(), self._magnitude.get(name, torch.zeros_like(g)).clone())
                 for name, g in self._reduced.items()}
         clipped = {}
@@ -252,18 +344,22 @@ class DenseTwin:
             for name, p in self.params:
                 if not p.requires_grad:
                     continue
+                master = self._masters[name]
                 grad = self._reduced.get(name)
                 if grad is None and self.training.step_without_gradient:
-                    grad = torch.zeros_like(p)
-                    used[name] = (grad.clone(), torch.zeros_like(p))
-                p.grad = None if grad is None else grad.clone()
+                    grad = torch.zeros_like(master)
+                    used[name] = (grad.clone(), torch.zeros_like(master))
+                master.grad = None if grad is None else grad.clone()
                 if grad is not None:
                     clipped[name] = grad.clone()
         self.last_step, self.last_clipped = (used, self._reductions), clipped
         if self._optimizer is not None:
             self._optimizer.step()
-        for _, p in self.params:
-            p.grad = None
+        with torch.no_grad():
+            for name, p in self.params:
+                self._masters[name].grad = None
+                if p is not self._masters[name]:
+                    p.copy_(self._masters[name])  # R9: rounded to nearest even
         if self.training.reset_after_step:
             self._reduced, self._magnitude, self._reductions = {}, {}, 0
         return True
@@ -294,11 +390,13 @@ class DenseTwin:
         """What a checkpoint of the twin holds: the target's parameters and the optimizer's
         state, by parameter name (copies)."""
         state = {}
-        for name, p in self.params:
-            if self._optimizer is not None and p in self._optimizer.state:
+        for name, _ in self.params:
+            master = self._masters[name]
+            if self._optimizer is not None and master in self._optimizer.state:
                 state[name] = {k: v.clone() if torch.is_tensor(v) else v
-                               for k, v in self._optimizer.state[p].items()}
-        return {"values": {name: p.detach().clone() for name, p in self.params}, "optimizer": state}
+                               for k, v in self._optimizer.state[master].items()}
+        return {"values": {name: p.detach().clone() for name, p in self.params},
+                "masters": self.masters(), "optimizer": state}
 
     def restore(self, snapshot, optimizer_states=True):
         """Loads `snapshot` (of this target): the parameters, and the optimizer's state unless
@@ -309,18 +407,33 @@ class DenseTwin:
         with torch.no_grad():
             for name, p in self.params:
                 p.copy_(snapshot["values"][name])
+                if p is not self._masters[name]:
+                    self._masters[name].copy_(snapshot["masters"][name])
         if optimizer_states and self._optimizer is not None:
             self._optimizer.state.clear()
-            for name, p in self.params:
+            for name, _ in self.params:
                 if name in snapshot["optimizer"]:
-                    self._optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v
-                                                for k, v in snapshot["optimizer"][name].items()}
+                    self._optimizer.state[self._masters[name]] = {
+                        k: v.clone() if torch.is_tensor(v) else v
+                        for k, v in snapshot["optimizer"][name].items()}
 
     # ---- reading --------------------------------------------------------------------------
 
     def values(self):
         """{name: the parameter's current value (detached)} of the target."""
         return {name: p.detach() for name, p in self.params}
+
+    def masters(self):
+        """{name: the fp32 master the optimizer steps (a copy)}: the values in fp32."""
+        return {name: m.detach().clone() for name, m in self._masters.items()}
+
+    def edited(self):
+        """The parameters were changed in place (a gather's published edit): a ZeRO engine that
+        keeps the edit keeps it in its fp32 master too, as the user meant."""
+        with torch.no_grad():
+            for name, p in self.params:
+                if p is not self._masters[name]:
+                    self._masters[name].copy_(p)
 
     def accumulated(self):
         """{name: the reduced gradient accumulated for the next step (a copy)}; a name without
@@ -332,11 +445,14 @@ class DenseTwin:
     def _add_reduction(self, name, grads):
         self._add(self._reduced, name, self._reduce(grads))
         # What any sum order of these terms can differ by is bounded by their magnitudes.
-        terms = [g.abs().div(self.world_size) for g in grads if g is not None]
+        terms = [g.abs().float().div(self.world_size) for g in grads if g is not None]
         self._add(self._magnitude, name, torch.stack(terms).sum(0))
 
     def _reduce(self, grads):
-        return reduce_gradients(grads, self.world_size, self.training.divide_before_sum)
+        precision = self.training.precision
+        if precision.plain:
+            return reduce_gradients(grads, self.world_size, self.training.divide_before_sum)
+        return reduce_in_dtypes(grads, self.world_size, precision)
 
     @staticmethod
     def _add(into, name, grad):

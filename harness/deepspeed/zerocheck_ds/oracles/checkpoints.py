@@ -110,10 +110,12 @@ class CheckpointChecks:
             return [self._check_failed(index, op)]
         return []
 
-    def consolidated(self, index, op, tag, directory, engine, adapter, expected):
+    def consolidated(self, index, op, tag, directory, engine, adapter, expected, masters=None):
         """After a save: each consolidated state dict the engine offers (rank 0) equals
         `expected` ({state dict key: the twin's value}, tied parameters under each of their
-        keys; None: the twin does not follow). Every rank calls it; returns findings."""
+        keys; None: the twin does not follow), or `masters` (the same with the twin's fp32
+        masters; None: as `expected`) for those the adapter says consolidate the fp32 masters
+        (its FP32_MASTER_CONSOLIDATIONS). Every rank calls it; returns findings."""
         try:
             dicts = adapter.consolidated(engine, directory, tag)
         except Exception:  # noqa: BLE001
@@ -131,7 +133,9 @@ class CheckpointChecks:
                     actual=type(state).__name__,
                     message=f"after op {index} ({op}) {what} raised {type(state).__name__}: {state}"))
                 continue
-            findings += compare_state_dict(index, op, what, expected, state)
+            of_masters = what in getattr(adapter, "FP32_MASTER_CONSOLIDATIONS", ())
+            findings += compare_state_dict(index, op, what,
+                                           masters if of_masters and masters else expected, state)
         return findings
 
     def adopt(self, tag, state):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..model import partition_model
-from ..model.twin import reduce_gradients
+from ..model.twin import reduce_gradients, reduce_in_dtypes
 
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 ENGINE = "deepspeed/runtime/engine.py"
@@ -90,7 +90,9 @@ class Observed:
 
     Each field maps a parameter name to its tensors in call order: `local_gradient` whole, the
     others this rank's partition (flat, padding included). `shard_after_copy` and
-    `master_at_copy` are the shard and the fp32 master right after the copy back.
+    `master_at_copy` are the shard and the fp32 master right after the copy back, and
+    `copy_of_master` that master in the shard's dtype (what the copy must give: the master
+    itself in fp32, rounded to nearest even for bf16 shards; absent: the master).
     `unit_loss_scale`: the loss scale is 1, so the gradient after the unscale and clip must equal
     the twin's after its clip (the one handed over when nothing clips). After a load: `loaded`, {field: {name: this
     rank's partition}} for "values", "master" and "state:<key>" as the load left them, and
@@ -107,6 +109,7 @@ class Observed:
     master_after: dict = field(default_factory=dict)
     shard_after_copy: dict = field(default_factory=dict)
     master_at_copy: dict = field(default_factory=dict)
+    copy_of_master: dict = field(default_factory=dict)
     unit_loss_scale: bool = True
     loaded: dict = field(default_factory=dict)
     restored_by: dict = field(default_factory=dict)
@@ -144,12 +147,14 @@ def _found(key, name):
     return {"quantity": key, "param": name}
 
 
-def locate_backward(observed, gradients, accumulated, rank, world_size, divide_before_sum, params):
+def locate_backward(observed, gradients, accumulated, rank, world_size, divide_before_sum, params,
+                    precision=None):
     """The first quantity of a backward that differs from the twin's, as {"quantity", "param"},
     or None. `gradients`: the twin's last backward ({name: [each rank's gradient or None]});
     `accumulated`: the twin's reduced gradients accumulated since the last step; `params`:
-    [(name, numel)] in the engine's order. A quantity read more than once for a parameter in one
-    backward (a parameter reduced in two parts) is left out, but for the accumulation."""
+    [(name, numel)] in the engine's order; `precision`: the twin's Precision when the reduce is
+    not fp32 (None: fp32). A quantity read more than once for a parameter in one backward (a
+    parameter reduced in two parts) is left out, but for the accumulation."""
     def local(name):
         grads = gradients.get(name)
         return None if grads is None else grads[rank]
@@ -157,7 +162,7 @@ def locate_backward(observed, gradients, accumulated, rank, world_size, divide_b
     checks = (
         ("local_gradient", local, False),
         ("reduced_partition", lambda name: _reduced(gradients.get(name), world_size,
-                                                    divide_before_sum), True),
+                                                    divide_before_sum, precision), True),
         ("accumulated_partition", lambda name: accumulated.get(name), True),
     )
     for key, expected_of, partitioned in checks:
@@ -176,9 +181,11 @@ def locate_backward(observed, gradients, accumulated, rank, world_size, divide_b
     return None
 
 
-def _reduced(grads, world_size, divide_before_sum):
+def _reduced(grads, world_size, divide_before_sum, precision=None):
     if grads is None:
         return None
+    if precision is not None:
+        return reduce_in_dtypes(grads, world_size, precision)
     return reduce_gradients(grads, world_size, divide_before_sum)
 
 
@@ -208,7 +215,8 @@ def locate_step(observed, used, clipped, before, after, rank, world_size, params
     # The copy back: the shard must hold the master it copies, and that master must be the one
     # the optimizer step left (a copy made before the step holds the old values).
     for name, numel in params:
-        shards, masters = observed.shard_after_copy.get(name), observed.master_at_copy.get(name)
+        shards = observed.shard_after_copy.get(name)
+        masters = observed.copy_of_master.get(name) or observed.master_at_copy.get(name)
         if shards and masters and not _equal(_real(masters[-1], numel, rank, world_size), shards[-1]):
             return _found("copy_back", name)
     for name, numel in params:

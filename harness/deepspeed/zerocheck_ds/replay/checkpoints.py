@@ -29,11 +29,13 @@ def save(replay, op):
     if replay.checkpoints is not None:
         report(replay, replay.checkpoints.saved(replay.index, op.op, tag, live.engine,
                                                 replay.adapter))
-        expected = (replay.numerics.consolidation_expectation() if replay.numerics is not None
-                    else None)
+        numerics = replay.numerics
+        expected = numerics.consolidation_expectation() if numerics is not None else None
+        masters = (numerics.consolidation_expectation(masters=True) if numerics is not None
+                   else None)
         report(replay, replay.checkpoints.consolidated(
             replay.index, op.op, tag, replay.checkpoint_dir, live.engine, replay.adapter,
-            expected))
+            expected, masters))
     if replay.numerics is not None:
         replay.numerics.saved(tag, path)
 

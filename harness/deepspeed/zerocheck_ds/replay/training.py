@@ -24,7 +24,9 @@ def forward(replay, op):
 
     def forward_and_loss():
         out = run_forward(replay, x, cursor)
-        return F.mse_loss(out, target.to(out.device))
+        # In fp32, as mixed-precision users compute losses (torch 1.13 has no bf16 mse_loss on
+        # CPU); a no-op for an fp32 output.
+        return F.mse_loss(out.float(), target.to(out.device))
 
     replay.loss = None
     ok, loss = attempt(replay, op.op, forward_and_loss)

@@ -41,6 +41,7 @@ def fits(plan, target, stage):
     return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
             and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
+            and not s.config.get("bf16", {}).get("enabled")  # the script's twin computes fp32
             and s.construct == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None

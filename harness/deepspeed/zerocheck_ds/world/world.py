@@ -10,6 +10,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from . import bf16_gloo
+
 
 class WorldError(Exception):
     """The distributed environment is inconsistent; the message names the variable."""
@@ -85,6 +87,8 @@ def start(world, need_group, timeout=60.0):
     dist.init_process_group(backend=backend, init_method="env://", rank=world.rank,
                             world_size=world.world_size,
                             timeout=datetime.timedelta(seconds=timeout))
+    if backend == "gloo":
+        bf16_gloo.install()  # torch 1.13's Gloo has no bf16 (a no-op on torch >= 2)
     world.group_started = True
 
 

@@ -1,0 +1,99 @@
+"""ctests `upstream_precision` (label upstream) and `upstream_precision_master` (label
+upstream-master): DeepSpeed ZeRO-3 with bf16 parameters against the dense twin in bf16.
+
+    upstream_precision_test.py ZEROCHECK PYTHON TREE WORKDIR
+
+TREE is DeepSpeed's own source (../shared/deepspeed/v0.14.5 on torch 1.13, whose Gloo gets bf16
+from world/bf16_gloo.py; master-* on torch 2.6 in the Debian 13 lane). The twin computes each
+step in DeepSpeed's dtypes and cast order (model/twin.py Precision; docs/deepspeed-precision.md
+rules R1-R4, R9): bf16 parameters and gradients, the reduce in the communication dtype, the
+accumulation in its dtype, an fp32 master stepped and rounded back. One run at world 2 over
+scenarios/upstream_precision:
+  1. every scenario has a verdict, and the twin follows every one: I3 made checks in each and
+     none was left out (a precision the twin does not follow stops it, saying so);
+  2. HOLDS hold bit for bit: SGD, Adam with accumulation, an fp32 reduce and accumulation, a
+     binding clip, persistent parameters, a save (both consolidations: the 16-bit values and
+     zero_to_fp32's masters);
+  3. a gathered edit then a step shows DeepSpeed's documented behaviour (I3, its row: the fp32
+     master does not take the edit), and every I3/I4/I6/I9 root cause is triaged, judged by its
+     rate where it comes and goes (upstream_rates.py);
+  4. a fault planted in a copy of the tree, the copy of the fp32 master into the bf16 shards
+     truncating instead of rounding to nearest even (R9), is caught by I3 in bf16_sgd and located
+     at the copy back; the pristine run of the same scenario holds (check 2).
+"""
+
+import os
+import sys
+
+from upstream_support import (SKIP, Edit, check, judge_new_causes, patched_tree, read, replayer,
+                              run, triage_rows, verdicts, versioned_arguments)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FOLDER = os.path.join(HERE, "scenarios", "upstream_precision")
+HOLDS = ["bf16_sgd", "bf16_adam_accumulation_2", "bf16_fp32_reduce_and_accumulation",
+         "bf16_clip_binding", "bf16_persistent_parameters", "bf16_save_then_train"]
+GATHER = ("bf16_gather_edit_then_step",
+          "I3 step: the fp32 master before the optimizer step first differs from the dense twin "
+          "after a gathered edit")
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+FAULT, FAULT_SCENARIO = "copy-back-truncates", "bf16_sgd"
+COPY_BACK = ("            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(\n"
+             "                self.fp32_partitioned_groups_flat[sub_group_id].data)")
+TRUNCATES = [Edit(STAGE3, COPY_BACK,
+                  "            _zc_f = self.fp32_partitioned_groups_flat[sub_group_id].data\n"
+                  f'            if __import__("os").environ.get("ZEROCHECK_PLANTED_FAULT") == "{FAULT}":\n'
+                  "                _zc_f = (_zc_f.view(torch.int32) & -65536).view(torch.float32)\n"
+                  "            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(_zc_f)")]
+LOCATED = ("I3 step: the copy of the fp32 master into the parameter's shard first differs from "
+           "the dense twin")
+
+
+def main():
+    args = versioned_arguments()
+    if args is None:
+        return SKIP
+    zerocheck, python, tree, work, version = args
+    common = ["--python", python, "--world", "2", "--scenario-timeout", "90"]
+    out = os.path.join(work, "run")
+    run(zerocheck, common + ["--deepspeed-tree", tree, "--scenarios", FOLDER, "--out", out],
+        expect=1)
+    found, summary = verdicts(out), read(os.path.join(out, "summary.json"))
+    names = sorted(n[:-len(".json")] for n in os.listdir(FOLDER) if n.endswith(".json"))
+    # 1. Verdicts; the twin follows each scenario.
+    check(sorted(found) == names, f"every scenario has a verdict ({len(found)} of {len(names)})")
+    for name, verdict in sorted(found.items()):
+        i3 = verdict["checks"]["I3"]
+        check(i3["checked"] > 0 and not i3["not_checked"],
+              f"{version}: the twin follows {name} in bf16 (I3: {i3})")
+    # 2. What holds, bit for bit.
+    for name in HOLDS:
+        check(found[name]["outcome"] == "ok",
+              f"{version}: {name} holds: {[f['signature'] for f in found[name]['findings']]}")
+    # 3. The gathered edit's documented behaviour; every root cause triaged.
+    name, cause = GATHER
+    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
+    check(any(t.startswith(cause) for t in titles), f"{version}: {name} shows {cause!r}: {titles}")
+    failures, _ = judge_new_causes(summary, triage_rows(),
+                                   replayer(zerocheck, common + ["--deepspeed-tree", tree],
+                                            [FOLDER], work),
+                                   os.path.join(work, "finding_rates.json"))
+    check(not failures, f"{version}: every I3, I4, I6 and I9 root cause is triaged ({failures})")
+    # 4. The planted truncation.
+    copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), TRUNCATES,
+                        f"bf16 copy back ({version})")
+    planted = os.path.join(work, "planted")
+    run(zerocheck, common + ["--deepspeed-tree", copy, "--scenarios",
+                             os.path.join(FOLDER, f"{FAULT_SCENARIO}.json"), "--out", planted],
+        expect=1, env=dict(os.environ, ZEROCHECK_DS_PLANT=f"{FAULT_SCENARIO}:{FAULT}"))
+    caught = verdicts(planted)[FAULT_SCENARIO]
+    invariants = sorted({f["invariant"] for f in caught["findings"]})
+    titles = sorted(c["title"] for c in read(os.path.join(planted, "summary.json"))["root_causes"])
+    check(invariants == ["I3"] and len(titles) == 1 and titles[0].startswith(LOCATED),
+          f"{version}: {FAULT} is caught by I3 alone ({invariants}) at the copy back: {titles}")
+    print(f"bf16 ({version}): {len(HOLDS)} scenarios bit for bit, "
+          f"{summary['checks']['I3']['checked']} I3 checks; all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
