@@ -7,8 +7,12 @@ all_gather race's row, and a release that keeps the gathered data is not one tha
 """
 
 import unittest
+from dataclasses import asdict
+
+import torch
 
 from zerocheck_ds.findings import root_causes
+from zerocheck_ds.oracles import checkpoints
 
 GATHER = "deepspeed/runtime/zero/partition_parameters.py _allgather_params_coalesced()"
 FETCH = "deepspeed/runtime/zero/partition_parameters.py wait()"
@@ -63,3 +67,28 @@ class I4Keys(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class I6ConsolidationKeys(unittest.TestCase):
+    """A consolidated state dict's findings are keyed by what is wrong in it: a module missing
+    (the tied-module row) and a value taken from the fp32 master without a gathered edit are two
+    causes (oracles/checkpoints.py compare_state_dict)."""
+
+    def keys(self, expected, actual):
+        findings = checkpoints.compare_state_dict(
+            5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected, actual)
+        return {root_causes.cause_title(asdict(f)) for f in findings}
+
+    def test_a_key_missing_and_a_value_that_differs_are_two_causes(self):
+        expected = {"0.weight": torch.ones(2), "1.weight": torch.ones(2)}
+        missing = self.keys(expected, {"0.weight": torch.ones(2)})
+        differs = self.keys(expected, {"0.weight": torch.ones(2), "1.weight": -torch.ones(2)})
+        self.assertEqual(missing, {"I6 save: zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint: "
+                                   "a key of the model's state dict is missing"})
+        self.assertEqual(differs, {"I6 save: zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint: "
+                                   "a value differs from the dense twin's"})
+        self.assertIn(next(iter(missing)), root_causes.known_upstream())  # the tied module's row
+        edited = {root_causes.cause_title(asdict(f)) for f in checkpoints.compare_state_dict(
+            5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected,
+            {"0.weight": torch.ones(2), "1.weight": -torch.ones(2)}, after_gathered_edit=True)}
+        self.assertEqual(edited, {next(iter(differs)) + " after a gathered edit"})

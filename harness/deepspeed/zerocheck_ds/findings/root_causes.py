@@ -29,7 +29,8 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
   came another way) another. Without the audit (`--no-audit`) or an upstream write, the field
   alone;
 - I6: after a load whose values equal another known state (another save's, the one before the
-  load), that state, whatever the field; otherwise the field or the consolidated state dict;
+  load), that state, whatever the field; a consolidated state dict and what is wrong in it (a key
+  missing, a key too many, a shape, a value that differs); otherwise the field;
 - anything else (a crash, a hang, a finding no upstream frame explains): its signature.
 
 Lines are shown, never keyed: a cause keeps its identity across DeepSpeed commits. The stage is
@@ -71,6 +72,11 @@ def cause_title(finding, first_i3=None):
         # One wrong load shows in every field it restores (values, fp32 masters, moments): what
         # the wrong state is tells one bug from another, the field does not.
         return f"I6 {finding.get('op') or 'build'}: restores {actual['same_as']}{suffix}"
+    if invariant == "I6" and origin and origin.get("action") == "consolidated":
+        # A consolidated state dict: what is wrong in it tells one bug from another (a module
+        # missing from it, a value the consolidation took from elsewhere).
+        return (f"I6 {finding.get('op') or 'build'}: {finding.get('attribute')}: "
+                f"{origin['wrong']}{suffix}")
     if invariant == "I10" and origin and origin.get("action") == "raised":
         # One replay raised where the other did not: the code that raised is the cause.
         return (f"I10 {finding.get('op') or 'build'}: errors, raised in {origin['file']} "

@@ -110,12 +110,14 @@ class CheckpointChecks:
             return [self._check_failed(index, op)]
         return []
 
-    def consolidated(self, index, op, tag, directory, engine, adapter, expected, masters=None):
+    def consolidated(self, index, op, tag, directory, engine, adapter, expected, masters=None,
+                     after_gathered_edit=False):
         """After a save: each consolidated state dict the engine offers (rank 0) equals
         `expected` ({state dict key: the twin's value}, tied parameters under each of their
         keys; None: the twin does not follow), or `masters` (the same with the twin's fp32
         masters; None: as `expected`) for those the adapter says consolidate the fp32 masters
-        (its FP32_MASTER_CONSOLIDATIONS). Every rank calls it; returns findings."""
+        (its FP32_MASTER_CONSOLIDATIONS); `after_gathered_edit`: the twin holds an edit a gather
+        published (a value that differs says so). Every rank calls it; returns findings."""
         try:
             dicts = adapter.consolidated(engine, directory, tag)
         except Exception:  # noqa: BLE001
@@ -135,7 +137,8 @@ class CheckpointChecks:
                 continue
             of_masters = what in getattr(adapter, "FP32_MASTER_CONSOLIDATIONS", ())
             findings += compare_state_dict(index, op, what,
-                                           masters if of_masters and masters else expected, state)
+                                           masters if of_masters and masters else expected, state,
+                                           after_gathered_edit)
         return findings
 
     def adopt(self, tag, state):
@@ -240,17 +243,24 @@ def compare(index, op, expected, actual, others=()):
     return findings
 
 
-def compare_state_dict(index, op, what, expected, actual):
+def compare_state_dict(index, op, what, expected, actual, after_gathered_edit=False):
     """I6 findings of a consolidated state dict `actual` against `expected` (both {key: tensor}):
     every key present, nothing else, each value equal as numbers (any dtype, compared as float32:
-    the 16-bit dict of an fp32 model is fp32)."""
+    the 16-bit dict of an fp32 model is fp32). Each finding's origin says what is wrong, the key
+    of its root cause; a value that differs after a gathered edit says that too (DeepSpeed's
+    documented loss of such an edit in its fp32 master is a cause of its own)."""
     findings = []
 
     def finding(key, expected_value, actual_value, text):
         module, _, param = key.rpartition(".")
+        # What is wrong keys the root cause: a key missing and a value that differs are two bugs.
+        wrong = (actual_value if isinstance(actual_value, str) else
+                 "a value differs from the dense twin's" + (" after a gathered edit"
+                                                            if after_gathered_edit else ""))
         findings.append(Finding(
             invariant="I6", op_index=index, op=op, module_path=module, param=param,
             attribute=what, expected=expected_value, actual=actual_value,
+            origin={"action": "consolidated", "wrong": wrong},
             message=f"after op {index} ({op}) {what}: {text}"))
 
     for key, value in expected.items():

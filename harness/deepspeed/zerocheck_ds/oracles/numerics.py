@@ -311,6 +311,12 @@ class NumericChecks:
         self._twin_inside = ("gather", before,
                              {name: value.clone() for name, value in self._twin.values().items()})
 
+    @property
+    def after_gathered_edit(self):
+        """Whether a gather published an edit the twin made too (I6 keys a consolidation's value
+        that differs by it)."""
+        return self._after_gathered_edit
+
     def consolidation_expectation(self, masters=False):
         """{state dict key: the twin's value} of the followed target (a tied parameter under each
         of its keys; `masters`: each parameter's fp32 master instead, what a consolidation of

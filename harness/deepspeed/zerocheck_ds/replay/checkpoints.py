@@ -35,7 +35,7 @@ def save(replay, op):
                    else None)
         report(replay, replay.checkpoints.consolidated(
             replay.index, op.op, tag, replay.checkpoint_dir, live.engine, replay.adapter,
-            expected, masters))
+            expected, masters, numerics is not None and numerics.after_gathered_edit))
     if replay.numerics is not None:
         replay.numerics.saved(tag, path)
 
