@@ -17,7 +17,8 @@ testing nothing. Then, in one run at world 2 on the copy:
      that makes its persistent parameters' whole copies from its own partition after a step (I9
      whole_copy, the Gloo race row's field, but not the gather's copy), a backward's release keeping the gathered data (I4,
      data-kept-after-backward's rule, but the gather's data), a load restoring Adam's moments as
-     zeros (I3 at a load: the moments, not the values of the load rows);
+     zeros (I3 at a load: the moments, not the values of the load rows), zero_to_fp32 consolidating
+     wrong values (I6, the consolidation of the tied-module row, whose key is a key missing);
   5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
      in place on rank 1 after a step and after a save; a gather's copy whose other rank's elements
      land on the modifier rank after its edit), gets the keys of the race's rows: those rows hold
@@ -154,6 +155,21 @@ GATHERED_COPY_LATE = [
          "                _zc_n = _zc_p.ds_tensor.numel()\n"
          "                _zc_p.data.view(-1)[_zc_n:].copy_(_zc_d.view(-1)[_zc_n:])\n")]
 
+# zero_to_fp32 adds 1 to every value it consolidates: a value that differs, where the tied-module
+# row's key (a key missing from the same consolidation) was the only one before consolidations
+# were keyed by what is wrong in them.
+_TO_FP32 = "def _get_fp32_state_dict_from_zero_checkpoint(ds_checkpoint_dir, exclude_frozen_parameters):\n"
+ZERO_TO_FP32_OFF = [Edit(
+    "deepspeed/utils/zero_to_fp32.py", _TO_FP32,
+    "def _get_fp32_state_dict_from_zero_checkpoint(ds_checkpoint_dir, exclude_frozen_parameters):\n"
+    "    _zc_state = _zc_get_fp32_state_dict(ds_checkpoint_dir, exclude_frozen_parameters)\n"
+    f"    if {planted('zero-to-fp32-value-off-by-one')}:\n"
+    "        for _zc_value in _zc_state.values():\n"
+    "            if torch.is_tensor(_zc_value):\n"
+    "                _zc_value.add_(1.0)\n"
+    "    return _zc_state\n\n\n"
+    "def _zc_get_fp32_state_dict(ds_checkpoint_dir, exclude_frozen_parameters):\n")]
+
 # After the step's gather of the persistent parameters, on rank 1:
 # - persistent-copy-made-locally-on-one-rank: each whole copy is replaced by one made from rank
 #   1's own partition (the other rank's elements zero): its copies are not the ones the step's
@@ -283,6 +299,8 @@ FAULTS = {
                                                    PERSISTENT_COPY_AT_SAVE),
     "gathered-copy-lands-after-the-edit": ("I3", "sgd_gathered_copy_late", {
         "v0.14": GATHERED_COPY_LATE, "master": GATHERED_COPY_LATE}),
+    "zero-to-fp32-value-off-by-one": ("I6", "sgd_save_zero_to_fp32_off", {
+        "v0.14": ZERO_TO_FP32_OFF, "master": ZERO_TO_FP32_OFF}),
     "backward-release-keeps-gathered-data": ("I4", "sgd_two_linears_release_skipped", {
         "v0.14": RELEASE_KEEPS_GATHER, "master": RELEASE_KEEPS_GATHER}),
     "optimizer-moments-zeroed-on-load": ("I3", "adam_load_moments_not_restored", {
@@ -300,7 +318,7 @@ NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_conf
                "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
                "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
                "sgd_two_linears_release_skipped", "adam_load_moments_not_restored",
-               "sgd_clip_binding", "sgd_gathered_copy_late"}
+               "sgd_clip_binding", "sgd_gathered_copy_late", "sgd_save_zero_to_fp32_off"}
 ABLATED = ("I3", "I4", "I6", "I9")
 # The planted look-alikes of the Gloo all_gather race (check 5), each with the invariants whose
 # root causes must be the race's rows, and the race's bug in the table.
@@ -334,6 +352,8 @@ OLD_KEYS = {
     "backward-release-keeps-gathered-data": "I4 backward: released but holding data",
     # The one row every I3 finding at a load landed on (`I3 load: value first differs ...`).
     "optimizer-moments-zeroed-on-load": "I3 load:",
+    # The tied-module row's consolidation (a key missing from it).
+    "zero-to-fp32-value-off-by-one": "I6 save: zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint",
 }
 
 
