@@ -164,11 +164,20 @@ ZERO_TO_FP32_OFF = [Edit(
     "def _get_fp32_state_dict_from_zero_checkpoint(ds_checkpoint_dir, exclude_frozen_parameters):\n"
     "    _zc_state = _zc_get_fp32_state_dict(ds_checkpoint_dir, exclude_frozen_parameters)\n"
     f"    if {planted('zero-to-fp32-value-off-by-one')}:\n"
-    "        for _zc_value in _zc_state.values():\n"
-    "            if torch.is_tensor(_zc_value):\n"
-    "                _zc_value.add_(1.0)\n"
+    "        for _zc_value in {id(v): v for v in _zc_state.values() if torch.is_tensor(v)}.values():\n"
+    "            _zc_value.add_(1.0)  # a tensor under two names once\n"
     "    return _zc_state\n\n\n"
     "def _zc_get_fp32_state_dict(ds_checkpoint_dir, exclude_frozen_parameters):\n")]
+
+# Master's reader builds lazy tensors and converts them last (to_torch_tensor): the values are
+# changed after that.
+ZERO_TO_FP32_OFF_MASTER = [Edit(
+    "deepspeed/utils/zero_to_fp32.py", "        return to_torch_tensor(state_dict)\n",
+    "        _zc_state = to_torch_tensor(state_dict)\n"
+    f"        if {planted('zero-to-fp32-value-off-by-one')}:\n"
+    "            for _zc_value in {id(v): v for v in _zc_state.values() if torch.is_tensor(v)}.values():\n"
+    "                _zc_value.add_(1.0)  # a tensor under two names once\n"
+    "        return _zc_state\n")]
 
 # After the step's gather of the persistent parameters, on rank 1:
 # - persistent-copy-made-locally-on-one-rank: each whole copy is replaced by one made from rank
@@ -300,7 +309,7 @@ FAULTS = {
     "gathered-copy-lands-after-the-edit": ("I3", "sgd_gathered_copy_late", {
         "v0.14": GATHERED_COPY_LATE, "master": GATHERED_COPY_LATE}),
     "zero-to-fp32-value-off-by-one": ("I6", "sgd_save_zero_to_fp32_off", {
-        "v0.14": ZERO_TO_FP32_OFF, "master": ZERO_TO_FP32_OFF}),
+        "v0.14": ZERO_TO_FP32_OFF, "master": ZERO_TO_FP32_OFF_MASTER}),
     "backward-release-keeps-gathered-data": ("I4", "sgd_two_linears_release_skipped", {
         "v0.14": RELEASE_KEEPS_GATHER, "master": RELEASE_KEEPS_GATHER}),
     "optimizer-moments-zeroed-on-load": ("I3", "adam_load_moments_not_restored", {
