@@ -420,7 +420,7 @@ std::vector<ManagedParamView> Engine::params() const {
   std::vector<ManagedParamView> out;
   for (const auto& p : state_->params)
     out.push_back({p->id, p->path, p->shape, p->layout, p->persistent, p->owner, p->trainable,
-                   p->status, p->param, p->master, p->grad_shard});
+                   p->status, p->param, p->master, p->grad_shard, p->shard});
   return out;
 }
 
@@ -440,6 +440,7 @@ std::vector<ParamResidency> Engine::residency() const {
     };
     hold("param", p->param);
     if (!shared) hold("master", p->master);
+    if (p->shard.defined() && !p->shard.is_same(p->master) && !p->shard.is_same(p->param)) hold("shard", p->shard);
     if (!same_grad) hold("grad", full_grad);
     hold("grad_shard", p->grad_shard);
     if (state_->optimizer)
@@ -491,6 +492,7 @@ int64_t Engine::measured_state_bytes() const {
     add(p->param);
     add(p->param.grad());
     add(p->master);
+    add(p->shard);
     add(p->grad_shard);
   }
   if (state_->optimizer) bytes += state_numel(*state_->optimizer) * 4;

@@ -101,41 +101,53 @@ std::vector<at::Tensor> by_hand(const Case& c, int64_t micro_steps) {
   return masters;
 }
 
-// Trains `micro_steps` micro-steps from step `first`; saves after the last when `save_to` is
-// given, loads before the first when `load_from` is. Returns the engine (not released).
-std::unique_ptr<Engine> train(Comm& comm, const Case& c, int64_t first, int64_t micro_steps,
-                              std::shared_ptr<Sequential>& model, std::unique_ptr<torch::optim::SGD>& user,
-                              const std::string& load_from = "", const std::string& save_to = "",
-                              bool by_config = false) {
-  model = two_linears();
-  user = std::make_unique<torch::optim::SGD>(unique_parameters(*model), torch::optim::SGDOptions(kLr));
+// What a rank trains: `micro_steps` micro-steps from step `first`, loading before the first when
+// `load_from` is given and saving after the last when `save_to` is; the dtypes by DeepSpeed's
+// config keys (precision_in_effect) when `by_config`, else by EngineOptions.
+struct Schedule {
+  int64_t first = 0;
+  int64_t micro_steps = 0;
+  std::string load_from, save_to;
+  bool by_config = false;
+};
+
+// The model, the user's optimizer and the engine over them (destroyed first).
+struct Trained {
+  std::shared_ptr<Sequential> model;
+  std::unique_ptr<torch::optim::SGD> user;
+  std::unique_ptr<Engine> engine;
+};
+
+Trained train(Comm& comm, const Case& c, const Schedule& run) {
+  Trained t;
+  t.model = two_linears();
+  t.user = std::make_unique<torch::optim::SGD>(unique_parameters(*t.model), torch::optim::SGDOptions(kLr));
   EngineOptions options;
   Config config = config_of(c);
-  if (by_config) {  // DeepSpeed's keys (precision_in_effect)
-    auto name = [](c10::ScalarType t) { return std::string(t == at::kFloat ? "fp32" : "bf16"); };
+  if (run.by_config) {
+    auto name = [](c10::ScalarType type) { return std::string(type == at::kFloat ? "fp32" : "bf16"); };
     config.precision.bf16_enabled = true;
     config.precision.grad_accum_dtype = name(c.accum);
     config.precision.communication_data_type = name(c.comm);
   } else {
     options.precision = bf16_options(c);
   }
-  auto engine = initialize(model, *user, config, comm, options);
-  if (!load_from.empty()) engine->load_checkpoint(load_from);
-  for (int64_t step = first; step < first + micro_steps; ++step) {
+  t.engine = initialize(t.model, *t.user, config, comm, options);
+  if (!run.load_from.empty()) t.engine->load_checkpoint(run.load_from);
+  for (int64_t step = run.first; step < run.first + run.micro_steps; ++step) {
     auto [x, y] = batch(step, comm.rank());
-    engine->backward(bf16_loss(engine->forward(x.to(at::kBFloat16)), y));
-    engine->step();
-    if ((step + 1) % c.gas == 0) engine->zero_grad();
+    t.engine->backward(bf16_loss(t.engine->forward(x.to(at::kBFloat16)), y));
+    t.engine->step();
+    if ((step + 1) % c.gas == 0) t.engine->zero_grad();
   }
-  if (!save_to.empty()) engine->save_checkpoint(save_to);
-  return engine;
+  if (!run.save_to.empty()) t.engine->save_checkpoint(run.save_to);
+  return t;
 }
 
 // Every master of this rank is its slice of the hand-computed one; released, the model's bf16
 // parameters are the hand-computed masters rounded to nearest even.
-void expect_matches(Comm& comm, Engine& engine, const std::shared_ptr<Sequential>& model,
-                    const std::vector<at::Tensor>& expected) {
-  const auto views = engine.params();
+void expect_matches(Comm& comm, Trained& t, const std::vector<at::Tensor>& expected) {
+  const auto views = t.engine->params();
   ASSERT_EQ(views.size(), expected.size());
   for (size_t i = 0; i < views.size(); ++i) {
     SCOPED_TRACE(views[i].path + " on rank " + std::to_string(comm.rank()));
@@ -144,26 +156,32 @@ void expect_matches(Comm& comm, Engine& engine, const std::shared_ptr<Sequential
     EXPECT_TRUE(at::equal(views[i].master.reshape({-1}), want))
         << "max difference " << (views[i].master.reshape({-1}) - want).abs().max().item<float>();
   }
-  engine.release();
-  const std::vector<at::Tensor> params = unique_parameters(*model);
+  t.engine->release();
+  const std::vector<at::Tensor> params = unique_parameters(*t.model);
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(params[i].scalar_type(), at::kBFloat16);
     EXPECT_TRUE(at::equal(params[i], expected[i].to(at::kBFloat16))) << views[i].path;
   }
 }
 
+// Trains `run` on every rank of a world of c.world and expects the masters `expected`.
+void expect_trains_to(const Case& c, const Schedule& run, const std::vector<at::Tensor>& expected) {
+  zerocheck::make_world(c.world)->run([&](Comm& comm) {
+    Trained t = train(comm, c, run);
+    if (run.by_config) {
+      EXPECT_EQ(t.engine->precision().param_dtype, at::kBFloat16);
+      EXPECT_EQ(t.engine->precision().accum_dtype, c.accum);
+      EXPECT_EQ(t.engine->precision().comm_dtype, c.comm);
+    }
+    expect_matches(comm, t, expected);
+  });
+}
+
 class Bf16Step : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Bf16Step, MatchesTheRulesByHandBitForBit) {
   const Case c = GetParam();
-  const int64_t micro_steps = 3 * c.gas;
-  const auto expected = by_hand(c, micro_steps);
-  zerocheck::make_world(c.world)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    auto engine = train(comm, c, 0, micro_steps, model, user);
-    expect_matches(comm, *engine, model, expected);
-  });
+  expect_trains_to(c, Schedule{0, 3 * c.gas}, by_hand(c, 3 * c.gas));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -177,28 +195,14 @@ INSTANTIATE_TEST_SUITE_P(
 // EngineOptions' dtypes do.
 TEST(Bf16, TheConfigsKeysTrainAsTheOptionsDo) {
   const Case c{2, at::kFloat, at::kBFloat16, 2};
-  const auto expected = by_hand(c, 4);
-  zerocheck::make_world(2)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    auto engine = train(comm, c, 0, 4, model, user, "", "", /*by_config=*/true);
-    EXPECT_EQ(engine->precision().param_dtype, at::kBFloat16);
-    EXPECT_EQ(engine->precision().accum_dtype, at::kFloat);
-    expect_matches(comm, *engine, model, expected);
-  });
+  expect_trains_to(c, Schedule{0, 4, "", "", /*by_config=*/true}, by_hand(c, 4));
 }
 
 // initialize makes the model's parameters bf16, rounded to nearest even (R1), and the masters
 // those values widened.
 TEST(Bf16, InitializeRoundsTheParametersAndWidensTheMasters) {
   const Case c{2, at::kBFloat16, at::kBFloat16, 1};
-  const auto expected = by_hand(c, 0);
-  zerocheck::make_world(2)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    auto engine = train(comm, c, 0, 0, model, user);
-    expect_matches(comm, *engine, model, expected);
-  });
+  expect_trains_to(c, Schedule{}, by_hand(c, 0));
 }
 
 // A checkpoint keeps the fp32 masters (the bf16 shards are those rounded, always): saved at
@@ -208,55 +212,62 @@ TEST(Bf16, ACheckpointKeepsTheMastersAndTheShardsAcrossWorlds) {
   const Case c{2, at::kBFloat16, at::kBFloat16, 1};
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("zerocheck_bf16_ckpt_" + std::to_string(::getpid()))).string();
-  zerocheck::make_world(2)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    train(comm, c, 0, 2, model, user, "", dir)->release();
-  });
-  const auto after_two = by_hand(c, 2);
-  zerocheck::make_world(2)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    auto engine = train(comm, c, 2, 1, model, user, dir);
-    expect_matches(comm, *engine, model, by_hand(c, 3));
-  });
-  zerocheck::make_world(1)->run([&](Comm& comm) {
-    std::shared_ptr<Sequential> model;
-    std::unique_ptr<torch::optim::SGD> user;
-    auto engine = train(comm, Case{1, at::kBFloat16, at::kBFloat16, 1}, 2, 0, model, user, dir);
-    expect_matches(comm, *engine, model, after_two);
-  });
+  zerocheck::make_world(2)->run([&](Comm& comm) { train(comm, c, Schedule{0, 2, "", dir}).engine->release(); });
+  expect_trains_to(c, Schedule{2, 1, dir}, by_hand(c, 3));
+  expect_trains_to(Case{1, at::kBFloat16, at::kBFloat16, 1}, Schedule{2, 0, dir}, by_hand(c, 2));
   std::filesystem::remove_all(dir);
 }
 
 // fp16 is refused, naming why, before anything changes; so are bf16 gradients over fp32
-// parameters and bf16 with placed modules.
+// parameters.
 TEST(Bf16, Fp16AndUnbuiltCombinationsAreRefusedBeforeAnythingChanges) {
   zerocheck::make_world(1)->run([](Comm& comm) {
-    auto refused = [&](const PrecisionOptions& precision, const Config& config, const std::string& why) {
+    auto refused = [&](const PrecisionOptions& precision, const std::string& why) {
       auto model = two_linears();
       const at::Tensor before = model->parameters()[0].detach().clone();
       torch::optim::SGD user(unique_parameters(*model), torch::optim::SGDOptions(kLr));
       EngineOptions options;
       options.precision = precision;
       try {
-        initialize(model, user, config, comm, options);
+        initialize(model, user, all_partitioned(), comm, options);
         ADD_FAILURE() << "accepted: " << why;
       } catch (const UsageError& e) {
         EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
       }
       EXPECT_TRUE(at::equal(model->parameters()[0], before));
       EXPECT_EQ(model->parameters()[0].scalar_type(), at::kFloat);
-      EXPECT_NO_THROW(initialize(model, user, config, comm));
+      EXPECT_NO_THROW(initialize(model, user, all_partitioned(), comm));
     };
     PrecisionOptions fp16;
     fp16.param_dtype = at::kHalf;
-    refused(fp16, all_partitioned(), "no fp16 matmul on CPU");
-    PrecisionOptions fp16_comm = bf16_options({1, at::kFloat, at::kHalf, 1});
-    refused(fp16_comm, all_partitioned(), "fp16 is refused");
+    refused(fp16, "no fp16 matmul on CPU");
+    refused(bf16_options({1, at::kFloat, at::kHalf, 1}), "fp16 is refused");
     PrecisionOptions bf16_grads_only;
     bf16_grads_only.comm_dtype = at::kBFloat16;
-    refused(bf16_grads_only, all_partitioned(), "needs bf16 parameters");
+    refused(bf16_grads_only, "needs bf16 parameters");
+  });
+}
+
+// bf16 with a placed module is refused before anything changes: its gradients are summed on the
+// owner, not reduced by R3.
+TEST(Bf16, PlacedModulesAreRefused) {
+  zerocheck::make_world(2)->run([](Comm& comm) {
+    auto root = std::make_shared<Sequential>();
+    auto expert = std::make_shared<Expert>(3, 3);
+    expert->attrs().set("id", int64_t{1});
+    root->push_back(expert);
+    init_parameters(*root, 3);
+    torch::optim::SGD user(unique_parameters(*root), torch::optim::SGDOptions(kLr));
+    EngineOptions options;
+    options.precision = bf16_options({2, at::kBFloat16, at::kBFloat16, 1});
+    try {
+      initialize(root, user, placed_by_id(), comm, options);
+      ADD_FAILURE() << "bf16 with a placed expert accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("placed modules are fp32 only"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(root->parameters()[0].scalar_type(), at::kFloat);
+    EXPECT_NO_THROW(initialize(root, user, placed_by_id(), comm));
   });
 }
 
