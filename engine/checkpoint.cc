@@ -292,12 +292,13 @@ void Engine::load_checkpoint(const std::string& dir, const LoadOptions& options)
   for (size_t i = 0; i < s.params.size(); ++i) {
     ManagedParam& p = *s.params[i];
     if (masters[i].defined()) p.master.copy_(masters[i]);
+    s.partitioner.copy_back(p);  // bf16: the shard is the master rounded, as after a step
     s.faults.shard_written(p, rank);
     // A parameter the optimizer has stepped had a gradient, which zero_grad keeps as zeros
     // (LibTorch's default): it steps again even in a step that does not reach it, as in dense
     // training. An engine that never ran its backward (a fresh one, or the expert's new owner)
     // must get that zero gradient too, or it would skip those steps.
-    if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = at::zeros_like(p.master);
+    if (stepped[i] && p.trainable && !p.grad_shard.defined()) p.grad_shard = s.partitioner.zero_gradient(p);
   }
   if (!options.module_only) {
     s.micro_steps = m.micro_steps;

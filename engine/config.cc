@@ -198,13 +198,11 @@ void Config::validate(int world_size, const std::string& path) const {
 #undef ZERO3_CHECK_TOP
 #undef ZERO3_CHECK_ZERO
   check_world_size(world_size, path);
-  // The engine computes in fp32 only until its mixed precision lands (issue 40): a config that
-  // asks for 16-bit parameters is refused by its key, never run in fp32 as if it had not asked.
-  for (const auto& [wanted, key] : {std::pair{precision.bf16_enabled, "bf16.enabled"},
-                                    std::pair{precision.fp16_enabled, "fp16.enabled"}})
-    if (wanted.value_or(false))
-      throw ConfigError(path + "." + key + ": true: zerocheck's engine computes in fp32 only (its bf16 and "
-                        "fp16 are not built yet, issue 40); leave the key out or false");
+  // fp16 is refused by its key, never run in fp32 as if it had not asked: LibTorch 1.13 has no
+  // fp16 matmul on CPU, so no forward could run (precision.h).
+  if (precision.fp16_enabled.value_or(false))
+    throw ConfigError(path + ".fp16.enabled: true: zerocheck's engine has no fp16 (LibTorch 1.13 has no fp16 "
+                      "matmul on CPU); use bf16.enabled, or leave the key out or false");
   if (zero_optimization.offload_optimizer_device != "none")
     throw ConfigError(path + ".zero_optimization.offload_optimizer.device: \"" +
                       zero_optimization.offload_optimizer_device +

@@ -73,9 +73,10 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
 // text per DeepSpeed version replayed, "null" where DeepSpeed derives the value or ignores the
 // key (docs/deepspeed-precision.md section 1 cites each line). A config keeps only the keys
 // written: an absent key means the replayed version's default (they differ: gradient_clipping).
-// This engine computes in fp32: validate() refuses bf16.enabled or fp16.enabled true until its
-// mixed precision lands (issue 40); gradient_clipping takes effect (precision_in_effect in
-// engine/precision.h); the other keys are validated and inert in fp32.
+// validate() refuses fp16.enabled true (no fp16 matmul on CPU in LibTorch 1.13); bf16.enabled,
+// grad_accum_dtype, communication_data_type (the last two under bf16 only) and gradient_clipping
+// take effect (precision_in_effect in engine/precision.h); the other keys are validated and
+// inert.
 #define ZERO3_PRECISION_KEYS(X)                                                                  \
   X(bf16_enabled, "bf16", "enabled", Bool, 0, 0, "false", "false",                             \
     "bf16 parameters, gradients and communication over an fp32 master partition")              \

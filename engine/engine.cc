@@ -172,14 +172,21 @@ void publish_ids(const EngineState& state, const std::vector<ModuleAtPath>& tree
 // storage it had).
 std::vector<at::Tensor> hook_and_partition(const std::shared_ptr<EngineState>& state) {
   std::vector<at::Tensor> model_data;
+  const PrecisionOptions& precision = state->options.precision;
   for (auto& p : state->params) {
+    model_data.push_back(p->param.detach());
+    if (precision.mixed()) {
+      // R1 (runtime/engine.py:1141 (v0.14.5)): the parameters become bf16, rounded to nearest
+      // even; before the accumulator exists, which records the dtype its gradients must have.
+      at::NoGradGuard no_grad;
+      p->param.set_data(round_to(p->param.detach(), precision.param_dtype));
+    }
     if (p->trainable && !p->placed()) {  // placed gradients stay on their owner: no reduction
       // Created while the parameter still has its full shape: autograd validates incoming
       // gradients against the shape the accumulator recorded.
       p->grad_accumulator = torch::autograd::impl::grad_accumulator(p->param);
       p->hook_key = p->grad_accumulator->add_post_hook(std::make_unique<GradientReadyHook>(state, p.get()));
     }
-    model_data.push_back(p->param.detach());
     state->partitioner.partition(*p);
     state->faults.after_partition(*state, *p);
   }
@@ -221,6 +228,13 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   faults.before_placement(*state);
   assign_placement(*state, options);
   faults.after_placement(*state);
+  if (options.precision.mixed())
+    for (const auto& p : state->params)
+      if (p->placed())
+        throw UsageError("initialize: parameter '" + p->path + "' is placed on rank " + std::to_string(p->owner) +
+                         ", and placed modules are fp32 only (param_dtype " +
+                         c10::toString(options.precision.param_dtype) +
+                         " asked): their gradients are summed on the owner, not reduced by R3");
   for (auto& [key, record] : state->modules)
     for (ManagedParam* p : record.own_params)
       record.has_partitioned_params |= !p->persistent && !p->placed();
@@ -286,9 +300,9 @@ void Engine::backward(const at::Tensor& loss) {
   for (auto& p : state_->params)  // whole tensors collect fresh local gradients
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   const double scale = state_->scaler.scale();
-  // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): the loss is fp32 here.
+  // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): a bf16 loss is widened.
   try {
-    if (scale != 1.0) (loss * scale).backward(); else loss.backward();
+    if (scale != 1.0) (loss.to(at::kFloat) * scale).backward(); else loss.backward();
   } catch (...) {
     state_->partitioner.drop_gradients();
     throw;
@@ -337,10 +351,18 @@ bool unscale_and_clip(EngineState& state) {
   state.faults.reported_norm(state, state.global_grad_norm);
   if (overflow) return false;
   const double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
-  if (combined != 1.0)
+  if (combined != 1.0)  // on the fp32 gradients (R8): the masters' (step_gradients)
     for (auto& p : state.params)
-      if (p->trainable && p->grad_shard.defined()) p->grad_shard.mul_(1.0 / combined);
+      if (p->trainable && p->master.grad().defined()) p->master.mutable_grad().mul_(1.0 / combined);
   return true;
+}
+
+// Gives each master its fp32 gradient: the accumulated one itself in fp32; with bf16, a widened
+// copy (stage3.py:1851-1858 (v0.14.5): flatten(...).to(fp32)), dropped after the step.
+void step_gradients(EngineState& state) {
+  for (auto& p : state.params)
+    if (p->trainable && p->master.numel() > 0)
+      p->master.mutable_grad() = p->grad_shard.defined() ? p->grad_shard.to(at::kFloat) : at::Tensor();
 }
 
 }  // namespace
@@ -348,15 +370,21 @@ bool unscale_and_clip(EngineState& state) {
 void Engine::step() {
   state_->require_live("step");
   if (++state_->micro_steps % state_->config.gradient_accumulation_steps != 0) return;
+  step_gradients(*state_);
+  const bool mixed = state_->options.precision.mixed();
   if (state_->options.precision.needs_norm() && !unscale_and_clip(*state_)) {
     ++state_->skipped_steps;
     return;
   }
-  for (auto& p : state_->params)
-    if (p->trainable && p->master.numel() > 0) p->master.mutable_grad() = p->grad_shard;
   if (!state_->faults.skips_optimizer_step(*state_)) state_->optimizer->step();
   ++state_->optimizer_steps;
-  for (auto& p : state_->params) state_->faults.shard_written(*p, state_->comm.rank());
+  for (auto& p : state_->params) {
+    if (mixed) {  // R9: the bf16 copy from the stepped master; its fp32 gradient goes
+      state_->partitioner.copy_back(*p);
+      p->master.mutable_grad() = at::Tensor();
+    }
+    state_->faults.shard_written(*p, state_->comm.rank());
+  }
   state_->faults.after_step(*state_);
 }
 
@@ -392,7 +420,7 @@ std::vector<ManagedParamView> Engine::params() const {
   std::vector<ManagedParamView> out;
   for (const auto& p : state_->params)
     out.push_back({p->id, p->path, p->shape, p->layout, p->persistent, p->owner, p->trainable,
-                   p->status, p->param, p->master, p->grad_shard});
+                   p->status, p->param, p->master, p->grad_shard, p->shard});
   return out;
 }
 
@@ -412,6 +440,7 @@ std::vector<ParamResidency> Engine::residency() const {
     };
     hold("param", p->param);
     if (!shared) hold("master", p->master);
+    if (p->shard.defined() && !p->shard.is_same(p->master) && !p->shard.is_same(p->param)) hold("shard", p->shard);
     if (!same_grad) hold("grad", full_grad);
     hold("grad_shard", p->grad_shard);
     if (state_->optimizer)
@@ -463,6 +492,7 @@ int64_t Engine::measured_state_bytes() const {
     add(p->param);
     add(p->param.grad());
     add(p->master);
+    add(p->shard);
     add(p->grad_shard);
   }
   if (state_->optimizer) bytes += state_numel(*state_->optimizer) * 4;
@@ -491,11 +521,13 @@ std::map<std::string, at::Tensor> Engine::consolidated_state_dict() {
     if (p->persistent) {
       full = p->param.detach().clone();
     } else if (p->placed()) {
-      full = p->owner == comm.rank() ? p->param.detach().cpu().clone() : at::zeros(p->shape);
+      full = p->owner == comm.rank() ? p->param.detach().cpu().clone()
+                                     : at::zeros(p->shape, p->param.options().device(at::kCPU));
       comm.broadcast(full, p->owner);
     } else if (!state_->faults.builds_consolidated(*p, full)) {
-      at::Tensor gathered = at::empty({p->layout.padded_numel()});
-      comm.all_gather(p->master.detach(), gathered);
+      // The parameter-dtype copies, as DeepSpeed's consolidated 16-bit state dict has them.
+      at::Tensor gathered = at::empty({p->layout.padded_numel()}, p->shard.options());
+      comm.all_gather(p->shard.detach(), gathered);
       full = gathered.narrow(0, 0, p->layout.numel).view(p->shape).clone();
     }
     if (comm.rank() == 0) full_of.emplace(p.get(), full);
@@ -549,10 +581,10 @@ void GatheredParameters::publish_edits() {
   at::NoGradGuard no_grad;
   for (int64_t id : gathered_) {
     ManagedParam& p = *s.params.at(id);
-    at::Tensor full = p.param.detach().to(p.master.scalar_type()).reshape({-1}).clone();
+    at::Tensor full = p.param.detach().to(p.shard.scalar_type()).reshape({-1}).clone();
     broadcast(full, *modifier_rank_);
     p.param.detach().view({-1}).copy_(full);
-    p.master.copy_(p.layout.shard_of(full, s.comm.rank()));
+    s.partitioner.write_from_full(p, full);
     s.faults.shard_written(p, s.comm.rank());
   }
   for (int64_t id : persistent_) {
@@ -562,6 +594,7 @@ void GatheredParameters::publish_edits() {
     s.faults.persistent_edit_source(s, from);
     broadcast(whole, from);
     p.param.detach().copy_(whole);
+    if (s.options.precision.mixed()) p.master.copy_(p.param.detach());  // widened, exactly
   }
   published_ = true;
 }

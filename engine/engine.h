@@ -90,12 +90,15 @@ struct ManagedParamView {
   at::Tensor param;       // the model's tensor
   at::Tensor master;      // this rank's fp32 slice, or the whole parameter when persistent
   at::Tensor grad_shard;  // undefined before the first backward
+  at::Tensor shard;       // what a gather reads, in the parameter dtype: `master` in fp32; with
+                          // bf16 this rank's bf16 slice, or `param` when persistent
 };
 
 // One tensor a rank holds for a parameter, measured from the tensor itself.
 struct HeldTensor {
   // "param" (the model tensor), "master" (the engine's copy, when not the model tensor itself),
-  // "grad" (the full gradient on the model tensor), "grad_shard" (the reduced gradient), or an
+  // "shard" (with bf16, the bf16 slice a gather reads), "grad" (the full gradient on the model
+  // tensor), "grad_shard" (the reduced gradient), or an
   // optimizer state's name ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer").
   std::string role;
   int64_t elements;

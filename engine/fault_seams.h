@@ -57,6 +57,7 @@
   X(void, clip_norm, (double rank_sum_of_squares, double& norm), "step, at an accumulation boundary: the global gradient norm (all-reduced) the clip coefficient is computed from") \
   X(void, reported_norm, (const EngineState& state, double& norm), "step, at an accumulation boundary: the gradient norm global_grad_norm() reports") \
   X(bool, skips_optimizer_step, (EngineState& state), "step, at an accumulation boundary: true counts the step without applying it") \
+  X(void, copy_back, (const at::Tensor& master, at::Tensor& rounded), "step, load and partition with bf16 parameters: a fp32 master rounded to the parameter dtype (to nearest even), about to be copied into its bf16 copy") \
   X(void, after_step, (EngineState& state), "step, applied and counted, every shard written") \
   X(void, before_zero_grad, (EngineState& state), "zero_grad, before the shard gradients are zeroed") \
   X(void, edit_received, (const at::Tensor& own, at::Tensor& received), "publish_edits, a gathered edit received from the modifier rank") \

@@ -69,7 +69,7 @@ void write_param_names(ManagedParam& p, Module& owner_module, const std::string&
     else if (n == "ds_shape") value = AttrValue(shape);
     else if (n == "ds_numel") value = AttrValue(p.layout.numel);
     else if (n == "ds_numel_aligned" || n == "aligned_size") value = AttrValue(p.layout.padded_numel());
-    else if (n == "ds_tensor") value = AttrValue(p.master.detach());
+    else if (n == "ds_tensor") value = AttrValue(p.shard.detach());
     else if (n == "ds_persist") value = AttrValue(p.persistent);
     else if (n == "ds_zero_partition_rank") value = AttrValue(int64_t{rank});
     else if (n == "partition_numel") value = AttrValue(p.layout.chunk());

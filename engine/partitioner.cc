@@ -39,33 +39,64 @@ void Partitioner::partition(ManagedParam& p) {
   if (p.placed()) {
     if (p.owner == comm_.rank()) {
       swap_data(p.param, p.param.detach().to(device_));
-      p.master = p.param;
+      p.master = p.shard = p.param;
       p.status = ParamStatus::Available;
     } else {
       if (!faults_.keeps_placed_copy())
         swap_data(p.param, empty_like_param(p.param));  // other ranks hold no storage at all
       p.master = at::empty({0});
+      p.shard = p.param;
       p.status = ParamStatus::NotAvailable;
     }
     return;
   }
   if (p.persistent) {
-    p.master = p.param;
+    p.shard = p.param;
+    // R1: the master is the bf16 value widened, exactly.
+    p.master = precision_.mixed() ? p.param.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true) : p.param;
     p.status = ParamStatus::Available;
     return;
   }
-  p.master = p.layout.shard_of(p.param.detach().to(at::kFloat), comm_.rank());
+  if (precision_.mixed()) {
+    p.shard = p.layout.shard_of(p.param.detach(), comm_.rank());
+    p.master = p.shard.to(at::kFloat);
+  } else {
+    p.master = p.layout.shard_of(p.param.detach().to(at::kFloat), comm_.rank());
+  }
   faults_.shard_cut(p, comm_.rank());
   faults_.shard_written(p, comm_.rank());
+  if (precision_.mixed()) copy_back(p); else p.shard = p.master;  // a fault may have cut a new master
   swap_data(p.param, empty_like_param(p.param));
   p.status = ParamStatus::NotAvailable;
+}
+
+void Partitioner::copy_back(ManagedParam& p) {
+  if (!precision_.mixed() || !p.master.defined() || p.master.numel() == 0) return;
+  at::NoGradGuard no_grad;
+  at::Tensor rounded = round_to(p.master, p.shard.scalar_type());
+  faults_.copy_back(p.master, rounded);
+  p.shard.detach().view({-1}).copy_(rounded.view({-1}));
+}
+
+void Partitioner::write_from_full(ManagedParam& p, const at::Tensor& full) {
+  at::NoGradGuard no_grad;
+  if (!precision_.mixed()) {
+    p.master.copy_(p.layout.shard_of(full, comm_.rank()));
+    return;
+  }
+  p.shard.copy_(p.layout.shard_of(full.to(p.shard.scalar_type()), comm_.rank()));
+  p.master.copy_(p.shard);  // widened, exactly: the bf16 copy stays round_to(master)
+}
+
+at::Tensor Partitioner::zero_gradient(const ManagedParam& p) const {
+  return at::zeros_like(p.master, p.master.options().dtype(precision_.mixed() ? precision_.accum_dtype : at::kFloat));
 }
 
 void Partitioner::gather(ManagedParam& p) {
   if (p.persistent || p.placed() || p.status == ParamStatus::Available) return;
   transition(p.status, ParamStatus::Inflight, p.path);
-  at::Tensor full = at::empty({p.layout.padded_numel()}, p.master.options());
-  comm_.all_gather(p.master, full);
+  at::Tensor full = at::empty({p.layout.padded_numel()}, p.shard.options());
+  comm_.all_gather(p.shard, full);
   transition(p.status, ParamStatus::Available, p.path);
   swap_data(p.param, leading_view(full, p.shape));
 }
@@ -81,11 +112,15 @@ void Partitioner::reduce_gradient(ManagedParam& p) {
   if (!full_grad.defined()) return;
   at::NoGradGuard no_grad;
   if (p.persistent) {
-    at::Tensor summed = full_grad.reshape({-1}).clone();
+    // Mixed: R3 on the whole gradient (each rank divides before the SUM, precision.h).
+    at::Tensor summed = precision_.mixed() ? gradient_for_sum(full_grad.reshape({-1}), precision_, divisor_of(p))
+                                           : full_grad.reshape({-1}).clone();
     comm_.all_reduce_sum(summed);
-    accumulate(p, summed.view(p.shape));
+    if (precision_.mixed()) accumulate_mixed(p, summed.view(p.shape));
+    else accumulate(p, summed.view(p.shape));
   } else {
     at::Tensor padded = p.layout.pad(full_grad);
+    if (precision_.mixed()) padded = gradient_for_sum(padded, precision_, divisor_of(p));
     faults_.before_reduce_scatter(p, padded);
     bucket_.add(p, std::move(padded), [this](ManagedParam& q, const at::Tensor& padded_q, const at::Tensor& summed) {
       accumulate_chunk(q, padded_q, summed);
@@ -105,17 +140,33 @@ void Partitioner::flush_gradients() {
 void Partitioner::accumulate_chunk(ManagedParam& p, const at::Tensor& padded, const at::Tensor& summed) {
   at::Tensor own;
   faults_.reduce_buffer(p, padded, own);
+  if (precision_.mixed()) {  // summed_gradient_in_accum copies: the flush's buffer is not kept
+    accumulate_mixed(p, own.defined() ? own.copy_(summed) : summed);
+    return;
+  }
   if (!own.defined()) own = at::empty({p.layout.chunk()}, summed.options());
   own.copy_(summed);  // its own storage: the flush's output holds every gradient of the bucket
   accumulate(p, own);
 }
 
-void Partitioner::accumulate(ManagedParam& p, at::Tensor summed) {
-  // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
-  // by the world size the same way, so the bits agree.
+void Partitioner::accumulate_mixed(ManagedParam& p, const at::Tensor& summed) {
+  // Each rank divided before the SUM (R3, gradient_for_sum): no divisor is left to apply here.
+  at::Tensor reduced = summed_gradient_in_accum(summed, precision_);
+  // R4: micro-step 0 is a copy, later ones add_ in the accumulation dtype.
+  p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(reduced) : reduced;
+}
+
+int Partitioner::divisor_of(const ManagedParam& p) const {
   int divisor = comm_.world_size();
   faults_.gradient_divisor(p, comm_.world_size(), divisor);
-  summed.div_(divisor);
+  return divisor;
+}
+
+void Partitioner::accumulate(ManagedParam& p, at::Tensor summed) {
+  // Sum first, divide once: the dense baseline accumulates micro-batch gradients and divides
+  // by the world size the same way, so the bits agree. (Mixed precision divides first, as
+  // DeepSpeed does: accumulate_mixed.)
+  summed.div_(divisor_of(p));
   p.grad_shard = p.grad_shard.defined() ? p.grad_shard.add_(summed) : summed;
 }
 
@@ -137,7 +188,7 @@ void Partitioner::restore_full(ManagedParam& p) {
   at::NoGradGuard no_grad;
   swap_data(p.param, p.param.detach().clone());  // own storage, not a view of the gather buffer
   p.persistent = true;
-  p.master = p.param;
+  p.master = p.shard = p.param;
 }
 
 }  // namespace zero3

@@ -7,15 +7,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace zero3 {
 
 std::string precision_refusal(const PrecisionOptions& o) {
   const auto f = c10::ScalarType::Float;
-  if (o.param_dtype != f || o.accum_dtype != f || o.comm_dtype != f)
-    return std::string("precision: this engine computes fp32 only (param_dtype ") +
-           c10::toString(o.param_dtype) + ", accum_dtype " + c10::toString(o.accum_dtype) +
-           ", comm_dtype " + c10::toString(o.comm_dtype) + " asked): bf16 shards are not built yet";
+  const auto bf16 = c10::ScalarType::BFloat16;
+  const std::string asked = std::string(" (param_dtype ") + c10::toString(o.param_dtype) + ", accum_dtype " +
+                            c10::toString(o.accum_dtype) + ", comm_dtype " + c10::toString(o.comm_dtype) + " asked)";
+  for (const auto dtype : {o.param_dtype, o.accum_dtype, o.comm_dtype}) {
+    if (dtype == c10::ScalarType::Half)
+      return "precision: fp16 is refused" + asked +
+             ": LibTorch 1.13 has no fp16 matmul on CPU (\"addmm_impl_cpu_\" not implemented for 'Half'), so no "
+             "forward could run; use BFloat16";
+    if (dtype != f && dtype != bf16) return "precision: each dtype must be Float or BFloat16" + asked;
+  }
+  if (o.param_dtype == f && (o.accum_dtype != f || o.comm_dtype != f))
+    return "precision: a bf16 accum_dtype or comm_dtype needs bf16 parameters" + asked;
   if (!(o.gradient_clipping >= 0) || !std::isfinite(o.gradient_clipping))
     return "precision: gradient_clipping must be a finite number >= 0, got " + std::to_string(o.gradient_clipping);
   const LossScalerOptions& s = o.scaler;
@@ -40,6 +49,25 @@ PrecisionOptions precision_in_effect(PrecisionOptions options, const PrecisionCo
                        " in EngineOptions::precision; set it in one place");
     options.gradient_clipping = *clip;
   }
+  if (!config.bf16_enabled.value_or(false)) return options;
+  const auto bf16 = c10::ScalarType::BFloat16;
+  const bool set_by_code = options.param_dtype != c10::ScalarType::Float;
+  if (set_by_code && options.param_dtype != bf16)
+    throw UsageError(std::string("initialize: bf16.enabled is true in the config and EngineOptions::precision's "
+                                 "param_dtype is ") + c10::toString(options.param_dtype) + "; set it in one place");
+  auto dtype_of = [&](const char* key, const std::optional<std::string>& name, c10::ScalarType code_value) {
+    if (!name) return set_by_code ? code_value : bf16;  // absent: the parameter dtype under ZeRO (R4)
+    const c10::ScalarType value = *name == "fp32" ? c10::ScalarType::Float
+                                  : *name == "bf16" ? bf16
+                                                    : c10::ScalarType::Half;
+    if (set_by_code && code_value != value)
+      throw UsageError(std::string("initialize: ") + key + " is \"" + *name + "\" in the config and " +
+                       c10::toString(code_value) + " in EngineOptions::precision; set it in one place");
+    return value;
+  };
+  options.param_dtype = bf16;
+  options.accum_dtype = dtype_of("data_types.grad_accum_dtype", config.grad_accum_dtype, options.accum_dtype);
+  options.comm_dtype = dtype_of("communication_data_type", config.communication_data_type, options.comm_dtype);
   return options;
 }
 
@@ -90,5 +118,15 @@ double unscale_and_clip_divisor(double scaled_norm, double scale, double clip) {
 }
 
 at::Tensor round_to(const at::Tensor& full, c10::ScalarType dtype) { return full.to(dtype); }
+
+at::Tensor gradient_for_sum(const at::Tensor& grad, const PrecisionOptions& options, int divisor) {
+  // div, not div_: `grad` may be the comm dtype already, and the caller's tensor stays whole.
+  return grad.to(options.comm_dtype).div(divisor).to(at::kFloat);
+}
+
+at::Tensor summed_gradient_in_accum(const at::Tensor& summed, const PrecisionOptions& options) {
+  // The cast to the parameter dtype (bf16, never fp32 here) always copies.
+  return summed.to(options.comm_dtype).to(options.param_dtype).to(options.accum_dtype);
+}
 
 }  // namespace zero3

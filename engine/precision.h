@@ -4,8 +4,14 @@
 //
 // PrecisionOptions travels in EngineOptions (engine.h); its defaults are the engine's fp32
 // behaviour, bit for bit: no loss scale, no overflow check, no clip, no extra collective.
-// A DeepSpeed config's precision keys reach it at initialize (precision_in_effect): today
-// gradient_clipping; the dtype keys wait for bf16 shards.
+// A DeepSpeed config's precision keys reach it at initialize (precision_in_effect).
+//
+// bf16 (param_dtype BFloat16): the model's parameters and this rank's shards are bf16, each
+// shard's fp32 master is the bf16 shard widened at initialize (R1), and the gradient travels
+// R3-R4 below (gradient_for_sum, summed_gradient_in_accum); unscale, clip and the optimizer step
+// run on fp32 (R7-R9) and the step's result is copied back rounding to nearest even (round_to).
+// Where DeepSpeed's versions differ, the engine follows v0.14.5 (R3: the reduced gradient is
+// cast to the parameter dtype before it meets the accumulation buffer).
 //
 // The contract (engine.h states it for the engine): with `check_overflow`, a step whose
 // gradients hold a NaN or an infinity on any rank is skipped on every rank.
@@ -50,10 +56,9 @@ struct LossScalerOptions {
 
 struct PrecisionOptions {
   // The dtype of the model's parameters and shards, of the accumulated gradient, and of the
-  // reduce-scatter. This engine computes fp32 only today: initialize refuses any other dtype
-  // with a UsageError that says so (bf16 shards with an fp32 master are issue 40 item 2's next
-  // part). fp16: LibTorch 1.13 (Debian 12) has no fp16 Linear on CPU ("addmm_impl_cpu_" not
-  // implemented for 'Half'); LibTorch 2.6 (Debian 13) has.
+  // reduce-scatter: Float or BFloat16 each, the last two Float when the first is. fp16 is
+  // refused: LibTorch 1.13 (Debian 12) has no fp16 Linear on CPU ("addmm_impl_cpu_" not
+  // implemented for 'Half'), so the engine could not run a forward there; 2.6 (Debian 13) has.
   c10::ScalarType param_dtype = c10::ScalarType::Float;
   c10::ScalarType accum_dtype = c10::ScalarType::Float;
   c10::ScalarType comm_dtype = c10::ScalarType::Float;
@@ -65,6 +70,8 @@ struct PrecisionOptions {
   bool check_overflow = false;
   LossScalerOptions scaler;
 
+  // Whether parameters and shards are narrower than their fp32 master (bf16).
+  bool mixed() const { return param_dtype != c10::ScalarType::Float; }
   // Whether step() needs the global gradient norm (one all-reduce of one double per step).
   bool needs_norm() const { return check_overflow || gradient_clipping > 0 || scaler.dynamic() || scaler.loss_scale != 1.0; }
 };
@@ -73,11 +80,16 @@ struct PrecisionOptions {
 std::string precision_refusal(const PrecisionOptions& options);
 
 // Returns `options` with the precision keys `config` writes in effect: a DeepSpeed config is
-// how a user sets them, EngineOptions::precision how code does. The fp32 engine takes
-// gradient_clipping (absent: `options`' value, 0 unless code set it: v0.14.5's default, not
-// master's 1.0); config validation refuses bf16/fp16.enabled, and the fp16 scaler keys are
-// inert without fp16, as in DeepSpeed. Throws UsageError naming gradient_clipping when the
-// config and `options` both set it, to different values.
+// how a user sets them, EngineOptions::precision how code does. Takes gradient_clipping
+// (absent: `options`' value, 0 unless code set it: v0.14.5's default, not master's 1.0).
+// bf16.enabled true makes the parameters bf16; then data_types.grad_accum_dtype and
+// communication_data_type set the accumulation and communication dtypes, each absent meaning
+// bf16 (DeepSpeed's defaults under ZeRO: the parameter dtype, runtime/engine.py:923-938
+// (v0.14.5)) or, when code asked for bf16 too, EngineOptions' dtype; without bf16 those two
+// keys stay inert as before. Config validation refuses
+// fp16.enabled, and the fp16 scaler keys are inert without fp16, as in DeepSpeed. Throws
+// UsageError naming the key when the config and `options` both set gradient_clipping, or a
+// dtype, to different values.
 PrecisionOptions precision_in_effect(PrecisionOptions options, const PrecisionConfig& config);
 
 // DeepSpeed's DynamicLossScaler / LossScaler (runtime/fp16/loss_scaler.py:118-203 (v0.14.5),
@@ -118,5 +130,26 @@ double unscale_and_clip_divisor(double scaled_norm, double scale, double clip);
 // Returns `full` (fp32) rounded to `dtype` to nearest even, as torch's conversion and
 // DeepSpeed's copy back (stage3.py:2000-2003 (v0.14.5)) do. Truncation is not a rounding mode.
 at::Tensor round_to(const at::Tensor& full, c10::ScalarType dtype);
+
+// R3's first half for one rank's gradient `grad` (in the parameter dtype), for a mixed
+// precision: cast to the communication dtype, divided by `divisor` (the world size) in it
+// (runtime/zero/stage3.py:1331-1333, runtime/comm/coalesced_collectives.py:124 (v0.14.5)), then
+// widened to fp32, exactly, for the SUM. LibTorch 1.13's Gloo has no bf16 collective at all
+// ("Invalid scalar type"), so the SUM of bf16 is the fp32 rank-order sum rounded once
+// (summed_gradient_in_accum). That is what Gloo's bf16 SUM gives at world 2 (measured,
+// docs/deepspeed-precision.md section 4: one fp32 addition of two bf16 values, rounded once).
+// At W >= 3 Gloo rounds to bf16 after each of its W-1 additions, in its own order; this engine
+// adds in fp32 and rounds once. Each bf16 rounding errs by at most half a bf16 ulp (2^-9
+// relative), so per element |engine - gloo| <= (W-1) * 2^-9 * (sum of |terms|) to first order,
+// plus the fp32 additions' own (W-1) * 2^-24 (sum of |terms|). The dense twin adds in the
+// same order as this engine, so engine and twin agree bit for bit at every world size.
+// Returns a new tensor (never `grad` itself).
+at::Tensor gradient_for_sum(const at::Tensor& grad, const PrecisionOptions& options, int divisor);
+
+// R3's second half and R4's cast, for a mixed precision: the fp32 sum rounded once to the
+// communication dtype, then to the parameter dtype (v0.14.5, stage3.py:1350-1351; master casts
+// straight to the accumulation dtype, stage3.py:1825-1826 (master)), then to the accumulation
+// dtype. Returns a tensor with its own storage.
+at::Tensor summed_gradient_in_accum(const at::Tensor& summed, const PrecisionOptions& options);
 
 }  // namespace zero3

@@ -49,7 +49,7 @@ EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config
       faults(options.fault),
       partitioner(comm_in, faults,
                   comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device)),
-                  config.zero_optimization.reduce_bucket_size) {}
+                  config.zero_optimization.reduce_bucket_size, options.precision) {}
 
 at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, const Route& route,
                                        const std::function<at::Tensor(const at::Tensor&)>& body) {

@@ -70,14 +70,16 @@ json joined(const std::vector<json>& groups) {
   return out;
 }
 
-// The ZeRO knobs and gradient_clipping are drawn last, below the operation units (harness/scenario/draw/
-// draw_scenario.cc): an edit of the units moves the bytes they read, so they go with the operations.
+// The ZeRO knobs, gradient_clipping and the bf16 keys are drawn last, below the operation units
+// (harness/scenario/draw/draw_scenario.cc): an edit of the units moves the bytes they read, so
+// they go with the operations.
 json without_ops(json scenario) {
   scenario.erase("ops");
   json& zero = scenario["config"]["zero_optimization"];
   zero = json{{"stage", zero["stage"]},
               {"stage3_param_persistence_threshold", zero["stage3_param_persistence_threshold"]}};
   scenario["config"].erase("gradient_clipping");  // drawn after the operations, as the knobs
+  for (const char* key : {"bf16", "data_types", "communication_data_type"}) scenario["config"].erase(key);
   return scenario;
 }
 

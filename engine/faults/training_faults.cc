@@ -57,6 +57,15 @@ class NormSquaredWithoutContiguousGradients final : public PlantedFault {
   }
 };
 
+// bf16's top 16 bits are fp32's: clearing the low 16 bits and converting (then exact) truncates
+// toward zero where torch's conversion rounds to nearest even.
+class CopyBackTruncates final : public PlantedFault {
+  void copy_back(const at::Tensor& master, at::Tensor& rounded) const override {
+    const at::Tensor bits = master.contiguous().view(at::kInt);
+    rounded = at::bitwise_and(bits, static_cast<int64_t>(~0xFFFF)).view(at::kFloat).to(rounded.scalar_type());
+  }
+};
+
 // The broadcast goes as it should (the traffic is right) and each rank keeps its own copy.
 class GatheredEditNotPublished final : public PlantedFault {
   void edit_received(const at::Tensor& own, at::Tensor& received) const override { received = own; }
@@ -88,6 +97,10 @@ const PlantedFault& clip_from_rank_norm() {
 }
 const PlantedFault& norm_squared_without_contiguous_gradients() {
   static const NormSquaredWithoutContiguousGradients fault;
+  return fault;
+}
+const PlantedFault& copy_back_truncates() {
+  static const CopyBackTruncates fault;
   return fault;
 }
 const PlantedFault& gathered_edit_not_published() {

@@ -94,11 +94,19 @@ class C10dComm : public Comm {
   static constexpr std::chrono::milliseconds kEchoWait{3000};
   static constexpr std::chrono::milliseconds kNoWait{0};
 
-  at::Tensor staged(const at::Tensor& t) const { return t.device() == transport_ ? t : t.to(transport_); }
+  // Gloo on LibTorch 1.13 has no bf16 at all ("Invalid scalar type"): bf16 travels as fp32,
+  // which widening and narrowing back change by no bit (these collectives move data, never add:
+  // sums run in Comm, precision.h). NCCL moves bf16 as it is.
+  c10::ScalarType wire_dtype(const at::Tensor& t) const {
+    return t.scalar_type() == at::kBFloat16 && !transport_.is_cuda() ? at::kFloat : t.scalar_type();
+  }
+  at::Tensor staged(const at::Tensor& t) const {
+    return t.device() == transport_ && wire_dtype(t) == t.scalar_type() ? t : t.to(transport_, wire_dtype(t));
+  }
   // A tensor the collective may write: `t` itself when it is contiguous on the transport device.
   at::Tensor staged_output(const at::Tensor& t) const {
-    if (t.device() == transport_ && t.is_contiguous()) return t;
-    return at::empty(t.sizes(), t.options().device(transport_));
+    if (t.device() == transport_ && t.is_contiguous() && wire_dtype(t) == t.scalar_type()) return t;
+    return at::empty(t.sizes(), t.options().device(transport_).dtype(wire_dtype(t)));
   }
 
   // Returns true once `work` finished within one slice, false while it still runs; throws what

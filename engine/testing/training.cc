@@ -20,7 +20,13 @@ OptimizerFactory sgd_factory(double lr, double momentum) {
   };
 }
 
-at::Tensor training_loss(const at::Tensor& output, const at::Tensor& target) { return at::mse_loss(output, target); }
+at::Tensor training_loss(const at::Tensor& output, const at::Tensor& target) {
+  // LibTorch 1.13 has no bf16 mse_loss on CPU ("mse_cpu" not implemented for 'BFloat16'): a bf16
+  // output's loss is taken in fp32, as bf16 training commonly does; its gradient flows back
+  // through the cast as bf16.
+  if (output.scalar_type() == at::kBFloat16) return at::mse_loss(output.to(at::kFloat), target.to(at::kFloat));
+  return at::mse_loss(output, target);
+}
 
 std::vector<std::pair<std::string, at::Tensor>> unique_named_parameters(const std::shared_ptr<zero3::Module>& root) {
   std::vector<std::pair<std::string, at::Tensor>> out;

@@ -306,21 +306,5 @@ TEST(Clipping, TheConfigsGradientClippingClipsAsTheOptionsDo) {
   });
 }
 
-TEST(Precision, Bf16IsRefusedBeforeAnythingChanges) {
-  zerocheck::make_world(1)->run([](Comm& comm) {
-    auto model = two_linears();
-    torch::optim::Adam user(unique_parameters(*model), torch::optim::AdamOptions(0.1));
-    EngineOptions options;
-    options.precision.param_dtype = c10::ScalarType::BFloat16;
-    try {
-      initialize(model, user, all_partitioned(), comm, options);
-      FAIL() << "bf16 accepted";
-    } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
-    }
-    EXPECT_NO_THROW(initialize(model, user, all_partitioned(), comm));
-  });
-}
-
 }  // namespace
 }  // namespace zero3

@@ -5,6 +5,8 @@
 #include "engine/errors.h"
 #include "engine/precision.h"
 
+#include "engine/config.h"
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -118,7 +120,13 @@ TEST(PrecisionOptions, DefaultsAreTheFp32EngineAndOthersAreRefusedWithTheReason)
   EXPECT_FALSE(o.needs_norm());
   EXPECT_EQ(precision_refusal(o), "");
   o.param_dtype = c10::ScalarType::BFloat16;
-  EXPECT_NE(precision_refusal(o).find("fp32 only"), std::string::npos);
+  EXPECT_EQ(precision_refusal(o), "");
+  o.accum_dtype = o.comm_dtype = c10::ScalarType::BFloat16;
+  EXPECT_EQ(precision_refusal(o), "");
+  o.param_dtype = c10::ScalarType::Half;
+  EXPECT_NE(precision_refusal(o).find("no fp16 matmul on CPU"), std::string::npos);
+  o.param_dtype = c10::ScalarType::Double;
+  EXPECT_NE(precision_refusal(o).find("Float or BFloat16"), std::string::npos);
   PrecisionOptions d;
   d.scaler.loss_scale = 0;
   EXPECT_NE(precision_refusal(d).find("needs check_overflow"), std::string::npos);
@@ -126,6 +134,40 @@ TEST(PrecisionOptions, DefaultsAreTheFp32EngineAndOthersAreRefusedWithTheReason)
   EXPECT_EQ(precision_refusal(d), "");
   d.scaler.loss_scale_window = 0;
   EXPECT_NE(precision_refusal(d).find("loss_scale_window"), std::string::npos);
+}
+
+// bf16.enabled makes the parameters bf16 with the accumulation and communication dtypes the
+// config writes, bf16 where absent (DeepSpeed's defaults under ZeRO); without it those keys stay
+// inert; a dtype set differently in the config and in code is refused naming the key.
+TEST(PrecisionInEffect, Bf16KeysSetTheDtypes) {
+  const auto f = c10::ScalarType::Float, bf16 = c10::ScalarType::BFloat16;
+  PrecisionConfig config;
+  config.grad_accum_dtype = "fp32";
+  PrecisionOptions o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_EQ(o.param_dtype, f);
+  EXPECT_EQ(o.accum_dtype, f);
+  config.bf16_enabled = true;
+  o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_EQ(o.param_dtype, bf16);
+  EXPECT_EQ(o.accum_dtype, f);
+  EXPECT_EQ(o.comm_dtype, bf16);
+  config.grad_accum_dtype.reset();
+  config.communication_data_type = "fp32";
+  o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_EQ(o.accum_dtype, bf16);
+  EXPECT_EQ(o.comm_dtype, f);
+  config.communication_data_type = "fp16";
+  EXPECT_NE(precision_refusal(precision_in_effect(PrecisionOptions(), config)).find("fp16"), std::string::npos);
+  PrecisionOptions code;
+  code.param_dtype = bf16;
+  code.comm_dtype = bf16;
+  config.communication_data_type = "fp32";
+  try {
+    precision_in_effect(code, config);
+    ADD_FAILURE() << "two communication dtypes accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("communication_data_type"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

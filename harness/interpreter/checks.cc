@@ -26,7 +26,7 @@ void sweep_engine(RankState& state, bool whole_rank) {
   const auto& expectation = *state.expectation;
   if (state.enabled("I2"))
     require(state, oracles::placement(expectation, observed, state.comm.rank(), state.engine_target));
-  if (state.enabled("I4")) require(state, oracles::memory(expectation, observed, state.engine_target));
+  if (state.enabled("I4")) require(state, oracles::memory(expectation, observed, state.engine_target, state.engine->precision()));
   if (whole_rank) {
     const int64_t expected = accounted(state, observed);
     require(state, oracles::unlisted_memory(state.account->settled_bytes(expected), expected, state.engine_target));

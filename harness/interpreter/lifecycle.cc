@@ -89,7 +89,15 @@ oracles::Result plain_forward_works(RankState& state, Module& module, const std:
     // Cyclic, as every scenario's routes are: an MoE takes expert 0 (a strict empty route
     // would refuse it, a failure of the check, not of the model).
     zero3::Route route = zero3::Route::cyclic({});
-    module(state.workload.batch(state.index, state.comm.rank()).input, route);
+    at::Tensor input = state.workload.batch(state.index, state.comm.rank()).input;
+    // In the model's dtype as it is now: fp32 after a refused first initialize (the engine gives
+    // the model back as it was), bf16 where a bf16 engine had it before.
+    for (const auto& p : module.parameters())
+      if (p.defined() && p.is_floating_point()) {
+        input = input.to(p.scalar_type());
+        break;
+      }
+    module(input, route);
   } catch (const std::exception& e) {
     return oracles::violation("I5", target, "", "a plain forward of the model", failure_text(e),
                               "the model does not run after a refused initialize");

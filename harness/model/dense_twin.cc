@@ -57,6 +57,9 @@ Batch batch_of(const Scenario& s, int64_t index, int rank) {
   at::Tensor y = at::empty({s.batch, s.features});
   zero3::fill_seeded(x, zero3::stream_base(s.seed, zero3::ValueStream::input, key), 1.0F);
   zero3::fill_seeded(y, zero3::stream_base(s.seed, zero3::ValueStream::target, key), 1.0F);
+  // With bf16 the user feeds bf16, as a DeepSpeed user must (the model's weights are bf16).
+  const c10::ScalarType dtype = zero3::precision_in_effect(zero3::PrecisionOptions(), s.config.precision).param_dtype;
+  if (dtype != at::kFloat) return {x.to(dtype), y.to(dtype)};
   return {x, y};
 }
 
@@ -65,7 +68,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::
 }
 
 DenseTwin::DenseTwin(const Workload& workload)
-    : w_(workload), root_(workload.build_twin ? workload.build_twin() : workload.build()) {
+    : w_(workload),
+      precision_(zero3::precision_in_effect(zero3::PrecisionOptions(), workload.config.precision)),
+      root_(workload.build_twin ? workload.build_twin() : workload.build()) {
   if (w_.history) w_.history(*this);
 }
 
@@ -74,10 +79,21 @@ void DenseTwin::retarget(const std::string& path) {
   for (auto& entry : zero3::unique_modules(root_))
     if (entry.path == path) target_ = entry.module;
   params_ = unique_named_parameters(target_);
+  model_params_.clear();
+  for (auto& [name, p] : params_) {
+    model_params_.push_back(p);
+    if (!precision_.mixed()) continue;
+    at::NoGradGuard no_grad;
+    p.set_data(zero3::round_to(p.detach(), precision_.param_dtype));  // R1, as initialize does
+    at::Tensor& master = master_of_[p.unsafeGetTensorImpl()];
+    if (!master.defined()) master = at::empty(p.sizes(), p.options().dtype(at::kFloat));
+    master.copy_(p.detach());  // widened, exactly
+    p = master;
+  }
   accum_.assign(params_.size(), at::Tensor());
   std::vector<at::Tensor> train;
-  for (auto& [name, p] : params_)
-    if (p.requires_grad()) train.push_back(p);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (model_params_[i].requires_grad()) train.push_back(params_[i].second);
   optimizer_ = w_.optimizer(train);
   pending_.clear();
   micro_steps_ = 0;
@@ -105,7 +121,7 @@ std::vector<double> DenseTwin::forward(const std::vector<Batch>& batches, const 
 
 std::set<std::string> DenseTwin::backward() {
   at::NoGradGuard no_grad;
-  for (auto& [name, p] : params_)
+  for (auto& p : model_params_)
     if (p.requires_grad()) p.mutable_grad() = at::Tensor();
   // A hook on each parameter notes when autograd has its whole gradient, rank by rank.
   ready_order_.assign(pending_.size(), {});
@@ -116,28 +132,50 @@ std::set<std::string> DenseTwin::backward() {
       for (auto& [p, hook] : on) p.remove_hook(hook);
     }
   } hooks;
-  for (auto& [name, p] : params_)
-    if (p.requires_grad())
-      hooks.on.emplace_back(p, p.register_hook([&ready, path = name](const at::Tensor&) { ready->push_back(path); }));
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (model_params_[i].requires_grad())
+      hooks.on.emplace_back(model_params_[i], model_params_[i].register_hook([&ready, path = params_[i].first](const at::Tensor&) {
+        ready->push_back(path);
+      }));
+  const auto world = static_cast<int>(pending_.size());
+  // fp32: the ranks' gradients accumulate in autograd, in rank order, and are divided once.
+  // Mixed: each rank's gradient on its own, divided in the comm dtype and added in fp32 (R3).
+  std::vector<at::Tensor> summed(params_.size());
   {
     at::AutoGradMode grad(true);
     for (size_t r = 0; r < pending_.size(); ++r) {
       ready = &ready_order_[r];
       if (pending_[r].requires_grad()) pending_[r].backward();
+      if (!precision_.mixed()) continue;
+      at::NoGradGuard no_grad_here;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        at::Tensor g = model_params_[i].grad();
+        if (!g.defined()) continue;
+        at::Tensor share = zero3::gradient_for_sum(g, precision_, world);
+        summed[i] = summed[i].defined() ? summed[i].add_(share) : share;
+        model_params_[i].mutable_grad() = at::Tensor();
+      }
     }
   }
-  const auto world = static_cast<int64_t>(pending_.size());
   pending_.clear();
   std::set<std::string> with_gradient;
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor g = params_[i].second.grad();
-    if (!g.defined()) continue;
-    with_gradient.insert(params_[i].first);
-    at::Tensor averaged = g.div(world);
-    accum_[i] = accum_[i].defined() ? accum_[i].add_(averaged) : averaged;
-    params_[i].second.mutable_grad() = at::Tensor();
+    if (!precision_.mixed()) {
+      at::Tensor g = model_params_[i].grad();
+      if (g.defined()) summed[i] = g.div(world);
+      model_params_[i].mutable_grad() = at::Tensor();
+    } else if (summed[i].defined()) {
+      summed[i] = zero3::summed_gradient_in_accum(summed[i], precision_);
+    }
+    if (summed[i].defined()) with_gradient.insert(params_[i].first);
   }
+  accumulate(summed);
   return with_gradient;
+}
+
+void DenseTwin::accumulate(const std::vector<at::Tensor>& averaged) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (averaged[i].defined()) accum_[i] = accum_[i].defined() ? accum_[i].add_(averaged[i]) : averaged[i];
 }
 
 // DeepSpeed's gradient clip at an accumulation boundary, before the optimizer step, with no loss
@@ -147,30 +185,39 @@ std::set<std::string> DenseTwin::backward() {
 // sums whole tensors, the engine its ranks' slices: the double norms differ in the last bits, so
 // the fp32 multiplier is the same unless it lies within ~1e-15 relative of an fp32 rounding
 // boundary (about 1e-8 of the steps that clip; tolerance stays 0, docs/invariants.md).
-void DenseTwin::clip_gradients() {
+void DenseTwin::clip_gradients(std::vector<at::Tensor>& gradients) {
   const double clip = w_.config.precision.gradient_clipping.value_or(0.0);
   if (!(clip > 0)) return;
   at::NoGradGuard no_grad;
   double sum_sq = 0;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].second.requires_grad() && accum_[i].defined()) {
-      const double norm = accum_[i].to(at::kDouble).norm(2).item<double>();
+  for (const at::Tensor& g : gradients)
+    if (g.defined()) {
+      const double norm = g.to(at::kDouble).norm(2).item<double>();
       sum_sq += norm * norm;
     }
   const double coefficient = (std::sqrt(sum_sq) + 1e-6) / clip;
   if (coefficient <= 1.0) return;  // torch.clamp(min=1): a NaN norm passes, and poisons, as there
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].second.requires_grad() && accum_[i].defined()) accum_[i].mul_(1.0 / coefficient);
+  for (at::Tensor& g : gradients)
+    if (g.defined()) g.mul_(1.0 / coefficient);
 }
 
 void DenseTwin::step() {
   pending_.clear();  // a step changes parameters in place: a pending graph is stale
   if (++micro_steps_ % w_.config.gradient_accumulation_steps != 0) return;
-  clip_gradients();
+  // The fp32 gradient of each master: the accumulated one itself in fp32, a widened copy with
+  // bf16 (so the clip multiplies the copy, as the engine's does).
+  std::vector<at::Tensor> gradients(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].second.requires_grad()) params_[i].second.mutable_grad() = accum_[i];
+    if (model_params_[i].requires_grad() && accum_[i].defined()) gradients[i] = accum_[i].to(at::kFloat);
+  clip_gradients(gradients);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (model_params_[i].requires_grad()) params_[i].second.mutable_grad() = gradients[i];
   optimizer_->step();
-  for (auto& [name, p] : params_) p.mutable_grad() = at::Tensor();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].second.mutable_grad() = at::Tensor();
+    if (precision_.mixed()) model_params_[i].copy_(zero3::round_to(params_[i].second, precision_.param_dtype));  // R9
+  }
 }
 
 void DenseTwin::zero_grad() {
@@ -191,7 +238,10 @@ void DenseTwin::load(const std::string& tag, LoadEffect effect) {
   const Snapshot& snapshot = saved_.at(tag);
   pending_.clear();
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.copy_(snapshot.params[i]);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].second.copy_(snapshot.params[i]);
+    if (precision_.mixed()) model_params_[i].copy_(zero3::round_to(snapshot.params[i], precision_.param_dtype));
+  }
   if (effect.optimizer_state) copy_state(snapshot.optimizer, optimizer_->state());
   if (effect.step_counters) micro_steps_ = snapshot.micro_steps;
   // A load resumes training as if it had never stopped: a parameter the optimizer has stepped
@@ -201,15 +251,20 @@ void DenseTwin::load(const std::string& tag, LoadEffect effect) {
   // one (engine/checkpoint.cc).
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i].second;
-    if (p.requires_grad() && !accum_[i].defined() && zero3::state_numel_of(*optimizer_, p) > 0)
-      accum_[i] = at::zeros_like(p);
+    if (model_params_[i].requires_grad() && !accum_[i].defined() && zero3::state_numel_of(*optimizer_, p) > 0)
+      accum_[i] = at::zeros_like(p, p.options().dtype(precision_.mixed() ? precision_.accum_dtype : at::kFloat));
   }
 }
 
 void DenseTwin::scale_parameters(const std::vector<std::string>& paths, double scale) {
   pending_.clear();  // parameters change in place: a pending graph is stale
   at::NoGradGuard no_grad;
-  for (const std::string& path : paths) param(path).mul_(scale);
+  for (const std::string& path : paths)
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].first == path) {
+        model_param(i).mul_(scale);  // in the model's dtype, as the user's edit of the gathered tensor
+        if (precision_.mixed()) params_[i].second.copy_(model_param(i));  // published: the master widened
+      }
 }
 
 LoadEffect load_effect(bool optimizer_states, bool module_only) {

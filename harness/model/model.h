@@ -17,6 +17,7 @@
 #include "engine/attr_dict.h"
 #include "engine/comm.h"
 #include "engine/module.h"
+#include "engine/precision.h"
 #include "engine/testing/training.h"
 #include "harness/scenario/scenario.h"
 
@@ -199,6 +200,14 @@ Workload workload_of(const Scenario& scenario);
 // step over whole tensors, after DeepSpeed's gradient clip when the config sets gradient_clipping.
 // On CPU the engine must match it bit for bit (tolerance 0, docs/invariants.md).
 //
+// With bf16 (the config's bf16.enabled, zero3::precision_in_effect) the twin computes the
+// engine's casts in the engine's order (engine/precision.h, one definition of each): a target's
+// parameters become bf16 when it is retargeted (R1) with fp32 masters beside them; each rank's
+// bf16 gradient goes through gradient_for_sum, the ranks' shares are added in fp32 in rank order
+// and rounded by summed_gradient_in_accum (R3, R4); clip and step on fp32 masters; copy back to
+// nearest even (R9). Its reduction order is the engine's, so the two agree bit for bit at every
+// world size. params() and param() are the fp32 masters (the model's own tensors in fp32).
+//
 // Computes on one intra-op thread (use_sequential_kernels, harness/world/world.h), as the ranks.
 class DenseTwin {
  public:
@@ -228,17 +237,27 @@ class DenseTwin {
   void save(const std::string& tag = "");
   // Restores what save(tag) kept, per `effect` (parameters always). Requires: save(tag) ran.
   void load(const std::string& tag = "", LoadEffect effect = LoadEffect());
-  // The target's parameters by relative path, in first-appearance order.
+  // The target's parameters by relative path, in first-appearance order, as fp32 masters (with
+  // bf16, the model's tensors are these rounded to nearest even).
   const std::vector<std::pair<std::string, at::Tensor>>& params() const { return params_; }
   at::Tensor param(const std::string& path) const;
   const std::shared_ptr<zero3::Module>& target() const { return target_; }
 
  private:
-  void clip_gradients();  // the config's gradient_clipping, at a boundary
+  void clip_gradients(std::vector<at::Tensor>& gradients);  // the config's gradient_clipping, at a boundary
+  // Adds the averaged gradient of each parameter that got one (with_gradient) into accum_.
+  void accumulate(const std::vector<at::Tensor>& averaged);
+  // The model's tensor of parameter i (params_[i] itself in fp32).
+  at::Tensor& model_param(size_t i) { return model_params_[i]; }
   const Workload& w_;
+  const zero3::PrecisionOptions precision_;  // the config's, as the engine takes them
   std::shared_ptr<zero3::Module> root_, target_;
-  std::vector<std::pair<std::string, at::Tensor>> params_;
-  std::vector<at::Tensor> accum_;  // averaged gradients, aligned with params_
+  std::vector<std::pair<std::string, at::Tensor>> params_;  // fp32 masters
+  std::vector<at::Tensor> model_params_;  // the model's tensors, aligned with params_
+  // Each model tensor's fp32 master, kept across retargets so optimizer state saved under one
+  // engine keys the same tensor under the next (a retarget re-widens its value).
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> master_of_;
+  std::vector<at::Tensor> accum_;  // averaged gradients, aligned with params_, in the accum dtype
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<at::Tensor> pending_;  // per-rank losses of the last forward
   std::vector<std::vector<std::string>> ready_order_;  // per rank, of the last backward
@@ -329,11 +348,13 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
 // The bytes `rank` must hold for model state after a step: per parameter, c = ceil(n/N) fp32
 // elements when partitioned, n when persistent or placed here, nothing when placed elsewhere;
 // times (1 + gradient + `optimizer_states`) once it has had a gradient (`trained` holds those
-// paths; a frozen or never-reached parameter keeps only its copy).
+// paths; a frozen or never-reached parameter keeps only its copy). With bf16 (`precision`) each
+// element's copy is a bf16 value beside its fp32 master, and its gradient the accumulation dtype.
 // What is counted is the CPU (harness/world/rank_memory.h): a rank whose placed modules live on an
 // accelerator (placed_on_accelerator) holds their state there, so it is not in the count.
 int64_t expected_state_bytes(const Expectation& expected, const std::set<std::string>& trained, int rank,
-                             int64_t optimizer_states);
+                             int64_t optimizer_states,
+                             const zero3::PrecisionOptions& precision = zero3::PrecisionOptions());
 
 // Whether `rank`'s placed modules live on a CUDA device: EngineOptions' rule with one rank per
 // device, as every harness world runs the engine (cuda:rank when that device exists).

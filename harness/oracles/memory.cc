@@ -1,5 +1,6 @@
 // I4: what each rank holds outside forward/backward, measured from tensor storage against the
-// shard sizes of the spec (c = ceil(n/N) fp32 elements), never against the engine's layout.
+// shard sizes of the spec (c = ceil(n/N) elements: an fp32 master, and with bf16 a bf16 shard
+// beside it and a gradient in the accumulation dtype), never against the engine's layout.
 #include "harness/oracles/matching.h"
 
 #include <fmt/format.h>
@@ -7,7 +8,9 @@
 namespace zerocheck::oracles {
 
 Result memory(const model::Expectation& expected, const std::vector<ObservedParam>& observed,
-              const std::string& target) {
+              const std::string& target, const zero3::PrecisionOptions& precision) {
+  const int64_t param_size = c10::elementSize(precision.param_dtype);
+  const int64_t grad_size = precision.mixed() ? c10::elementSize(precision.accum_dtype) : 4;
   return for_each_pair("I4", expected, observed, target, [&](const model::ExpectedParam& e, const ObservedParam& o) -> Result {
     if (e.owner >= 0) return std::nullopt;  // placed: I2's
     auto fail = [&](const std::string& want, const std::string& got, const std::string& message) {
@@ -17,8 +20,8 @@ Result memory(const model::Expectation& expected, const std::vector<ObservedPara
       if (!o.reported_persistent) return fail("persistent (whole on every rank)", "partitioned", "a persistent parameter is partitioned");
       // Storage, not the tensor's element count: a view of whole numel over a smaller storage
       // would hold less than the parameter.
-      if (o.param_bytes != e.numel * 4)
-        return fail(fmt::format("{} bytes ({} fp32 elements)", e.numel * 4, e.numel),
+      if (o.param_bytes != e.numel * param_size)
+        return fail(fmt::format("{} bytes ({} {} elements)", e.numel * param_size, e.numel, c10::toString(precision.param_dtype)),
                     fmt::format("{} bytes behind the model tensor", o.param_bytes), "a persistent parameter is not whole");
       if (o.full_grad_bytes != 0) return fail("no full gradient", fmt::format("{} bytes", o.full_grad_bytes),
                                               "a persistent parameter keeps its gradient past backward");
@@ -37,8 +40,13 @@ Result memory(const model::Expectation& expected, const std::vector<ObservedPara
     if (o.master_bytes != shard_bytes)
       return fail(fmt::format("{} bytes (ceil({}/N) fp32 elements)", shard_bytes, e.numel),
                   fmt::format("{} bytes", o.master_bytes), "a rank's shard is not ceil(n/N) elements");
-    if (o.grad_shard_bytes != 0 && o.grad_shard_bytes != shard_bytes)
-      return fail(fmt::format("{} bytes or none", shard_bytes), fmt::format("{} bytes", o.grad_shard_bytes),
+    const int64_t low_shard_bytes = precision.mixed() ? e.chunk * param_size : 0;
+    if (o.shard_bytes != low_shard_bytes)
+      return fail(fmt::format("{} bytes (ceil({}/N) {} elements beside the master)", low_shard_bytes, e.numel,
+                              c10::toString(precision.param_dtype)),
+                  fmt::format("{} bytes", o.shard_bytes), "a rank's parameter-dtype shard is not ceil(n/N) elements");
+    if (o.grad_shard_bytes != 0 && o.grad_shard_bytes != e.chunk * grad_size)
+      return fail(fmt::format("{} bytes or none", e.chunk * grad_size), fmt::format("{} bytes", o.grad_shard_bytes),
                   "a shard gradient's storage is not one shard");
     if (o.optimizer_elements % e.chunk != 0 || o.optimizer_elements > 2 * e.chunk)
       return fail(fmt::format("0, {} or {} optimizer elements", e.chunk, 2 * e.chunk),

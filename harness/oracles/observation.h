@@ -22,6 +22,7 @@ struct ObservedParam {
   int64_t param_elements = 0;     // the model tensor's elements
   int64_t param_bytes = 0;        // storage behind the model tensor
   int64_t master_bytes = 0;       // storage behind the fp32 copy, unless it is the model tensor's
+  int64_t shard_bytes = 0;        // storage behind the bf16 shard, unless it is the master's or the model tensor's
   int64_t grad_shard_bytes = 0;   // storage behind the shard gradient
   int64_t full_grad_bytes = 0;    // storage behind the model tensor's .grad
   int64_t optimizer_elements = 0; // optimizer state for this parameter

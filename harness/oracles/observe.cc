@@ -32,11 +32,12 @@ std::vector<ObservedParam> observe(zero3::Engine& engine, bool held_tensors) {
     o.param_elements = v.param.numel();
     o.param_bytes = storage_bytes(v.param);
     o.master_bytes = same_storage(v.master, v.param) ? 0 : storage_bytes(v.master);
+    o.shard_bytes = same_storage(v.shard, v.master) || same_storage(v.shard, v.param) ? 0 : storage_bytes(v.shard);
     o.grad_shard_bytes = storage_bytes(v.grad_shard);
     const at::Tensor full_grad = v.param.grad();
     o.full_grad_bytes = same_storage(full_grad, v.grad_shard) ? 0 : storage_bytes(full_grad);
     if (held_tensors) {
-      o.held = {v.param, v.master, v.grad_shard, full_grad};
+      o.held = {v.param, v.master, v.shard, v.grad_shard, full_grad};
       for (auto& [name, state] : zero3::named_state_tensors_of(optimizer, v.master)) {
         o.optimizer_elements += state.numel();
         o.held.push_back(state);
@@ -66,7 +67,8 @@ int64_t accounted_bytes(const std::vector<ObservedParam>& observed, const std::v
 int64_t measured_state_bytes(zero3::Engine& engine) {
   int64_t bytes = 0;
   for (const auto& o : observe(engine))
-    bytes += o.param_bytes + o.master_bytes + o.grad_shard_bytes + o.full_grad_bytes + o.optimizer_elements * 4;
+    bytes += o.param_bytes + o.master_bytes + o.shard_bytes + o.grad_shard_bytes + o.full_grad_bytes +
+             o.optimizer_elements * 4;
   return bytes;
 }
 

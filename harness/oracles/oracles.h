@@ -65,9 +65,10 @@ AgreementDigest agreement_digest(const zero3::Engine* engine);
 // whose value of it is not rank 0's (the violation's rank is the first of them).
 Result agreement(const std::vector<AgreementDigest>& by_rank, const std::string& target);
 
-// I4: shards and persistent parameters hold exactly what the spec says, measured from storage.
+// I4: shards and persistent parameters hold exactly what the spec says, measured from storage,
+// in the dtypes `precision` (the engine's, precision_in_effect) gives them.
 Result memory(const model::Expectation& expected, const std::vector<ObservedParam>& observed,
-              const std::string& target);
+              const std::string& target, const zero3::PrecisionOptions& precision = zero3::PrecisionOptions());
 // I4 without anybody's list: the bytes the rank's allocations still hold (`held`, RankMemory)
 // against the bytes behind every tensor it is known to hold (`accounted`, accounted_bytes). More
 // held than accounted for is a copy that no list shows; less, a listed tensor the rank did not

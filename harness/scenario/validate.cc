@@ -2,6 +2,7 @@
 #include "harness/scenario/internal/rules.h"
 
 #include "engine/json_reader.h"
+#include "engine/precision.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -126,6 +127,9 @@ void config_every_engine_takes(const std::string& config_path, const zero3::Conf
   } catch (const zero3::ConfigError& e) {
     throw_scenario_error(e.what());
   }
+  if (const std::string refusal = zero3::precision_refusal(zero3::precision_in_effect({}, config.precision));
+      !refusal.empty())
+    throw_scenario_error(config_path + ": " + refusal + "; a scenario's config must be valid on every engine");
 }
 
 void attr_value(const std::string& path, const zero3::AttrValue& value, int depth) {
@@ -252,6 +256,8 @@ void validate(const Scenario& s) {
     rules::fail("$.config.zerocheck.placement", "a scenario's policy belongs in Scenario::placement");
   rules::config_every_engine_takes("$.config", s.config, s.world_size);
   rules::placement("$.placement", s.placement, s.world_size);
+  if (s.placement.kind != zero3::PlacementSpec::Kind::none && s.config.precision.bf16_enabled.value_or(false))
+    rules::fail("$.config.bf16.enabled", "true with a placement policy: the engine's placed modules are fp32 only");
   rules::count_within("$.tree", s.tree.size(), schema::limits::nodes);
   for (size_t i = 0; i < s.tree.size(); ++i) validate_node(s, i);
   rules::count_within("$.ops", s.ops.size(), schema::limits::ops);

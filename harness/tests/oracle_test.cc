@@ -64,6 +64,10 @@ TEST(CaughtOnlyByTheSplitOracles, FailedInitializeLeavesState) { expect_holds("f
 // and bias under 0. and 2.; a consolidation that walks each module once drops the second place.
 TEST(CaughtOnlyByTheSplitOracles, ConsolidatedListsSharedOnce) { expect_holds("consolidated-lists-shared-once"); }
 
+// bf16, world 2, SGD: the step's fp32 masters are right and only their bf16 copies are
+// truncated; the next forward's loss (or a master after the next step) differs from the twin's.
+TEST(CaughtByBf16Parity, CopyBackTruncates) { expect_holds("copy-back-truncates"); }
+
 // Deep faults (engine/faults.h, ZERO3_DEEP_FAULTS): each scenario is the shrunk one `zerocheck
 // mutants` found, meeting every condition of its fault's conjunction.
 TEST(DeepFaults, TiedExpertWorld3) { expect_holds("tied-expert-world3"); }

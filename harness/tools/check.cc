@@ -78,6 +78,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
     result.with_zero_size += shape.zero_size;
     result.with_experts += shape.experts;
     result.with_placement += scenario.placement.kind != zero3::PlacementSpec::Kind::none;
+    result.with_bf16 += scenario.config.precision.bf16_enabled.value_or(false);
     const Verdict verdict = run_scenario(scenario, run);
     ++result.cases_run;
     if (progress && std::chrono::duration<double>(Clock::now() - last_report).count() > 0.5) {
@@ -133,7 +134,7 @@ nlohmann::json to_json(const CheckResult& result, zero3::Fault fault) {
           {"cases_per_second", result.seconds > 0 ? result.cases_run / result.seconds : 0.0},
           {"generated", {{"tied", result.with_tied}, {"frozen", result.with_frozen},
                          {"zero_size", result.with_zero_size}, {"experts", result.with_experts},
-                         {"placement", result.with_placement}}},
+                         {"placement", result.with_placement}, {"bf16", result.with_bf16}}},
           {"violations", violations}};
 }
 

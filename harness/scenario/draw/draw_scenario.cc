@@ -86,6 +86,12 @@ const std::vector<Row<bool>> kFlagKeepsDefault = {{3, true}, {1, false}};
 // 0.01-10), one that clips some steps, master's default, and one that never clips.
 const std::vector<Row<std::optional<double>>> kGradientClipping = {
     {4, std::nullopt}, {1, 0.0}, {2, 1e-3}, {1, 0.1}, {1, 1.0}, {1, 100.0}};
+// bf16.enabled: absent first (fp32), else bf16 parameters over fp32 masters, with the
+// accumulation and communication dtypes absent (bf16, DeepSpeed's default under ZeRO) or written
+// either way. Drawn only without a placement policy (the engine's placed modules are fp32 only).
+const std::vector<Row<std::optional<bool>>> kBf16 = {{4, std::nullopt}, {1, true}};
+const std::vector<Row<std::optional<std::string>>> kBf16Dtype = {
+    {2, std::nullopt}, {1, std::string("fp32")}, {1, std::string("bf16")}};
 const std::vector<Row<zero3::PlacementSpec::Kind>> kPlacements = {
     {3, zero3::PlacementSpec::Kind::none}, {2, zero3::PlacementSpec::Kind::attr_mod}, {1, zero3::PlacementSpec::Kind::map}};
 // Offsets of odd shapes: one element, a prime, zero-size, fewer elements than some worlds have ranks.
@@ -258,6 +264,14 @@ class Draw {
     // (and before the precision keys).
     zero_knobs(s.config.zero_optimization, modules);
     s.config.precision.gradient_clipping = pick(c_, kGradientClipping);
+    if (s.placement.kind == zero3::PlacementSpec::Kind::none) {
+      zero3::PrecisionConfig& precision = s.config.precision;
+      precision.bf16_enabled = pick(c_, kBf16);
+      if (precision.bf16_enabled) {
+        precision.grad_accum_dtype = pick(c_, kBf16Dtype);
+        precision.communication_data_type = pick(c_, kBf16Dtype);
+      }
+    }
     return s;
   }
 
