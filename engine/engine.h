@@ -5,7 +5,9 @@
 // backward; when a parameter's full gradient has accumulated, a hook on its gradient
 // accumulator reduce-scatters it into this rank's averaged shard gradient, frees it and
 // releases the parameter. step() updates fp32 shards only, with the user's optimizer rebuilt
-// over them. Outside forward/backward no partitioned parameter holds full data.
+// over them; with bf16 parameters (EngineOptions::precision) those are fp32 masters beside bf16
+// shards, copied back rounding to nearest even after each step (precision.h). Outside
+// forward/backward no partitioned parameter holds full data.
 //
 // Engine state never lives on user objects: ids, shards, statuses and hooks are in the engine's
 // own tables, keyed by object identity; ids come from a per-engine counter.
@@ -88,7 +90,8 @@ struct ManagedParamView {
   bool trainable;
   ParamStatus status;
   at::Tensor param;       // the model's tensor
-  at::Tensor master;      // this rank's fp32 slice, or the whole parameter when persistent
+  at::Tensor master;      // this rank's fp32 slice, or the whole parameter when persistent (with
+                          // bf16: its fp32 copy)
   at::Tensor grad_shard;  // undefined before the first backward
   at::Tensor shard;       // what a gather reads, in the parameter dtype: `master` in fp32; with
                           // bf16 this rank's bf16 slice, or `param` when persistent
@@ -228,7 +231,8 @@ class Engine {
 
 // Wraps `model` for ZeRO-3 training: partitions its parameters over comm's ranks and rebuilds
 // `optimizer` (built by the user over the model's parameters) over the fp32 shards. Collective.
-// Throws ConfigError for a bad config, OptimizerMismatch when the optimizer does not cover
+// Throws UsageError for precision options it cannot run (fp16; bf16 with placed modules; the
+// message says why), ConfigError for a bad config, OptimizerMismatch when the optimizer does not cover
 // exactly the model's trainable parameters, AlreadyInitialized when the model, a module of it or
 // the optimizer is managed by a live engine (nothing is changed then).
 std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::Optimizer& optimizer,

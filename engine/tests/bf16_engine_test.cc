@@ -181,7 +181,7 @@ class Bf16Step : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Bf16Step, MatchesTheRulesByHandBitForBit) {
   const Case c = GetParam();
-  expect_trains_to(c, Schedule{0, 3 * c.gas}, by_hand(c, 3 * c.gas));
+  expect_trains_to(c, Schedule{0, 3 * c.gas, "", ""}, by_hand(c, 3 * c.gas));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -213,8 +213,8 @@ TEST(Bf16, ACheckpointKeepsTheMastersAndTheShardsAcrossWorlds) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("zerocheck_bf16_ckpt_" + std::to_string(::getpid()))).string();
   zerocheck::make_world(2)->run([&](Comm& comm) { train(comm, c, Schedule{0, 2, "", dir}).engine->release(); });
-  expect_trains_to(c, Schedule{2, 1, dir}, by_hand(c, 3));
-  expect_trains_to(Case{1, at::kBFloat16, at::kBFloat16, 1}, Schedule{2, 0, dir}, by_hand(c, 2));
+  expect_trains_to(c, Schedule{2, 1, dir, ""}, by_hand(c, 3));
+  expect_trains_to(Case{1, at::kBFloat16, at::kBFloat16, 1}, Schedule{2, 0, dir, ""}, by_hand(c, 2));
   std::filesystem::remove_all(dir);
 }
 
