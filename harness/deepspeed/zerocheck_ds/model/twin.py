@@ -63,13 +63,18 @@ FP32 = Precision()
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def bf16_enabled(config):
+    """Whether DeepSpeed's `config` makes the parameters bf16 (`bf16.enabled`)."""
+    return bool(config.get("bf16", {}).get("enabled"))
+
+
 def deepspeed_precision(config, column):
     """The Precision DeepSpeed ZeRO-3 trains `config` with on `column` ("v0.14.5" or "master",
     scenario/config.py precision_column): `bf16.enabled` makes the parameters bf16, and the
     communication and accumulation dtypes default to the parameters' (runtime/engine.py:857-869,
     923-938 (v0.14.5), :1404-1416, 1485-1496 (master)). precision_not_followed says which configs
     the twin cannot follow."""
-    param = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
+    param = torch.bfloat16 if bf16_enabled(config) else torch.float32
     default = "bf16" if param == torch.bfloat16 else "fp32"
     comm = _DTYPES.get(config.get("communication_data_type") or default)
     accum = _DTYPES.get(config.get("data_types", {}).get("grad_accum_dtype") or default)
@@ -129,7 +134,7 @@ def precision_not_followed(config, world_size=1):
     keys = []
     if config.get("fp16", {}).get("enabled"):
         keys.append("fp16.enabled")
-    bf16 = bool(config.get("bf16", {}).get("enabled"))
+    bf16 = bf16_enabled(config)
     if bf16 and config.get("zero_optimization", {}).get("stage") != 3:
         keys.append("bf16.enabled below ZeRO stage 3")
     if bf16 and world_size > 2:

@@ -20,7 +20,7 @@ save made before; the finding at an operation. Other I3 and I6 findings keep the
 scenario and replay command.
 """
 
-from ..model import tree
+from ..model import tree, twin
 from ..scenario import schema
 from . import repro_runtime
 from .repro_straight import settings_section, training_section
@@ -41,7 +41,7 @@ def fits(plan, target, stage):
     return (target["invariant"] in TWIN_INVARIANTS and target.get("op_index") is not None
             and stage == 3
             and s.world_size <= MAX_WORLD and s.config.get("gradient_accumulation_steps", 1) == 1
-            and not s.config.get("bf16", {}).get("enabled")  # the script's twin computes fp32
+            and not twin.bf16_enabled(s.config)  # the script's twin computes fp32
             and s.construct == "eager" and first is not None
             and ops[first].target == "" and ops[first].optimizer == "same"
             and ops[first].config_error is None
