@@ -42,7 +42,7 @@ void load_in_world_of(RankState& state, int m, const std::string& tag, std::vect
   make_world(m, threads)->run([&](zero3::Comm& comm) {
     const std::shared_ptr<zero3::Module> model = modules_by_path(state.workload.build()).at(state.engine_target);
     auto optimizer = state.workload.optimizer(trainable_parameters(*model));
-    auto engine = zero3::initialize(model, *optimizer, config, comm, zero3::EngineOptions(state.options.fault));
+    auto engine = zero3::initialize(model, *optimizer, config, comm, engine_options(state));
     engine->load_checkpoint_tagged(state.dir, tag);
     const NotChargedToTheRank harness;
     auto whole = oracles::gather_whole_state(*engine);

@@ -53,6 +53,15 @@ void require(RankState& state, oracles::Result found) {
 void sweep(RankState& state) {
   if (!state.options.checks_after_every_op) return;
   if (state.enabled("I1")) require(state, oracles::attributes(state.ledger));
+  // I11 before I3: a step skipped on the wrong ranks also moves the parameters, but the contract
+  // is what it breaks.
+  if (state.engine && state.twin && state.enabled("I11") && state.workload.precision.check_overflow) {
+    const NotChargedToTheRank harness;
+    const oracles::OverflowReport report = oracles::observe_overflow(*state.engine);
+    require(state, state.twin->read([&](const model::DenseTwin& twin) {
+      return oracles::overflow_contract(twin, report, state.engine_target);
+    }));
+  }
   const bool whole_rank =
       state.enabled("I4") && state.counted() && !state.pending.defined() && state.unwanted.empty();
   if (state.engine && (state.enabled("I2") || state.enabled("I4") || (state.twin && state.enabled("I3")))) {

@@ -74,7 +74,7 @@ struct RunOptions {
   bool enabled(const std::string& invariant) const { return disabled_oracles.count(invariant) == 0; }
   // Whether a dense twin must be trained alongside: I3 (parity), I6 (the consolidated state
   // dict) and I8 (its traffic trace) read it.
-  bool needs_dense_twin() const { return enabled("I3") || enabled("I6") || enabled("I8"); }
+  bool needs_dense_twin() const { return enabled("I3") || enabled("I6") || enabled("I8") || enabled("I11"); }
   // Whether the memory oracle runs, and so the ranks' allocations are counted (rank_memory.h).
   bool counts_rank_memory() const { return enabled("I4") && checks_after_every_op; }
 };

@@ -203,7 +203,7 @@ OpOutcome initialize(RankState& state, const Op& op) {
   std::unique_ptr<zero3::Engine> created;
   std::string raised, message;
   try {
-    created = zero3::initialize(subtree->root, *optimizer, config, state.comm, zero3::EngineOptions(state.options.fault));
+    created = zero3::initialize(subtree->root, *optimizer, config, state.comm, engine_options(state));
   } catch (const zero3::Error& e) {
     raised = zero3::error_kind(e);
     if (!model::is_predicted_refusal(raised)) throw;  // no refusal the model knows: unexpected (I7)

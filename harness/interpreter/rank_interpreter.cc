@@ -6,6 +6,7 @@
 #include "harness/interpreter/internal/attributes.h"
 #include "harness/interpreter/internal/checkpoints.h"
 #include "harness/interpreter/internal/checks.h"
+#include "harness/interpreter/internal/injections.h"
 #include "harness/interpreter/internal/lifecycle.h"
 #include "harness/interpreter/internal/rank_state.h"
 #include "harness/interpreter/internal/training.h"

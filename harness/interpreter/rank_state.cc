@@ -49,6 +49,12 @@ OpOutcome applied(std::string detail) {
   return out;
 }
 
+zero3::EngineOptions engine_options(const RankState& state) {
+  zero3::EngineOptions options(state.options.fault);
+  options.precision = state.workload.precision;
+  return options;
+}
+
 OpOutcome skipped(std::string why) {
   OpOutcome out;
   out.status = OpOutcome::Status::skipped;

@@ -5,6 +5,7 @@
 #include "harness/world/world.h"
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 
 namespace zerocheck {
@@ -30,6 +31,8 @@ TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const model
       std::vector<zero3::ForwardInterceptor*> traces;
       for (int r = 0; r < world; ++r) {
         batches.push_back(workload.batch(call.index, r));
+        if (static_cast<size_t>(r) < call.input_poison.size() && call.input_poison[static_cast<size_t>(r)])
+          model::poison_input(batches.back(), *call.input_poison[static_cast<size_t>(r)]);
         // A rank on rank 0's route shares its schedule (the common case: a scenario's forward
         // names one route for every rank); another route is a schedule of its own.
         if (r > 0 && same_route(call.routes[static_cast<size_t>(r)], call.routes[0])) {
@@ -45,7 +48,7 @@ TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const model
       break;
     }
     case TwinCall::Kind::backward:
-      out.with_gradient = twin.backward();
+      out.with_gradient = twin.backward(call.injections);
       out.ready_order = twin.ready_order();
       break;
     case TwinCall::Kind::drop_pending: twin.drop_pending(); break;
@@ -83,8 +86,14 @@ TwinCall TwinCall::forward_of(const model::Workload& workload, int64_t index, co
 bool operator==(const TwinCall& a, const TwinCall& b) {
   if (a.kind != b.kind || a.target != b.target || a.index != b.index || a.routes.size() != b.routes.size() ||
       a.tag != b.tag || a.effect.optimizer_state != b.effect.optimizer_state ||
-      a.effect.step_counters != b.effect.step_counters || a.paths != b.paths || a.scale != b.scale)
+      a.effect.step_counters != b.effect.step_counters || a.paths != b.paths || a.scale != b.scale ||
+      a.injections != b.injections || a.input_poison.size() != b.input_poison.size())
     return false;
+  for (size_t r = 0; r < a.input_poison.size(); ++r) {  // NaN is NaN here: the same poison
+    const auto& x = a.input_poison[r];
+    const auto& y = b.input_poison[r];
+    if (x.has_value() != y.has_value() || (x && !(*x == *y || (std::isnan(*x) && std::isnan(*y))))) return false;
+  }
   for (size_t r = 0; r < a.routes.size(); ++r)
     if (!same_route(a.routes[r], b.routes[r])) return false;
   return a.expectation == b.expectation || (a.expectation && b.expectation && *a.expectation == *b.expectation);

@@ -3,6 +3,7 @@
 
 #include "engine/testing/training.h"
 #include "harness/interpreter/internal/checks.h"
+#include "harness/interpreter/internal/injections.h"
 
 #include <fmt/format.h>
 
@@ -27,9 +28,11 @@ void gather_on_twin(RankState& state, const Op& op, const std::vector<const mode
 OpOutcome forward(RankState& state, const Op& op) {
   if (!state.engine) return skipped("no live engine");
   Batch batch;
+  const std::vector<std::optional<float>> poison = take_input_injections(state);
   {
     const NotChargedToTheRank harness;  // the data is the harness's
     batch = state.workload.batch(state.index, state.comm.rank());
+    if (const auto& mine = poison.at(static_cast<size_t>(state.comm.rank()))) model::poison_input(batch, *mine);
   }
   const auto before = state.stats();
   at::Tensor out = state.engine->forward(batch.input, state.workload.route(state.index, state.comm.rank(), op));
@@ -40,8 +43,9 @@ OpOutcome forward(RankState& state, const Op& op) {
   outcome.loss = mine;
   state.deferred_traffic = MeasuredTraffic{"forward", std::nullopt, measured};
   if (state.twin) {
-    TwinOutcome dense_run = state.twin_call(
-        TwinCall::forward_of(state.workload, state.index, op, state.comm.world_size(), state.expectation));
+    TwinCall call = TwinCall::forward_of(state.workload, state.index, op, state.comm.world_size(), state.expectation);
+    call.input_poison = poison;
+    TwinOutcome dense_run = state.twin_call(std::move(call));
     state.traces = std::move(dense_run.traces);
     state.dense_losses = dense_run.losses;
     outcome.twin_loss = dense_run.losses[static_cast<size_t>(state.comm.rank())];
@@ -58,14 +62,23 @@ OpOutcome backward(RankState& state, const Op& op) {
     if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::drop_pending));
     return skipped("nothing trainable");
   }
+  const std::vector<model::BackwardInjection> injections = take_backward_injections(state);
+  const model::BackwardInjection& mine = injections.at(static_cast<size_t>(state.comm.rank()));
+  at::Tensor loss = state.pending;
+  if (mine.loss) loss = loss * *mine.loss;  // the loss this backward differentiates
   const auto before = state.stats();
-  state.engine->backward(state.pending);
+  {
+    const GradientPoison poison(state, mine);
+    state.engine->backward(loss);
+  }
   const model::Traffic measured = model::traffic_between(before, state.stats());
   state.pending = at::Tensor();
   OpOutcome outcome = applied("ok");
   state.deferred_traffic = MeasuredTraffic{"backward", std::nullopt, measured};
   if (state.twin) {
-    const TwinOutcome twin = state.twin_call(TwinCall(TwinCall::Kind::backward));
+    TwinCall call(TwinCall::Kind::backward);
+    call.injections = injections;
+    const TwinOutcome twin = state.twin_call(std::move(call));
     const std::set<std::string>& with_gradient = twin.with_gradient;
     outcome.reached.assign(with_gradient.begin(), with_gradient.end());
     if (!state.traces.empty())
@@ -86,10 +99,13 @@ OpOutcome step(RankState& state, const Op& op) {
   ++state.micro_steps;
   const bool boundary = state.micro_steps % state.workload.config.gradient_accumulation_steps == 0;
   state.deferred_traffic =
-      MeasuredTraffic{"step", model::step_traffic(state.workload.config, boundary, state.comm.world_size()),
+      MeasuredTraffic{"step", model::step_traffic(state.workload.config, state.workload.precision.check_overflow,
+                                                         boundary, state.comm.world_size()),
                       model::traffic_between(before, state.stats())};
   if (state.twin) state.twin_call(TwinCall(TwinCall::Kind::step));
-  return applied("ok");
+  if (!state.workload.precision.check_overflow) return applied("ok");
+  return applied(fmt::format("ok; {} skipped, loss scale {:g}, norm {:g}", state.engine->skipped_steps(),
+                             state.engine->loss_scale(), state.engine->global_grad_norm()));
 }
 
 OpOutcome zero_grad(RankState& state, const Op& op) {

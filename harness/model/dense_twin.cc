@@ -11,7 +11,10 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace zerocheck::model {
@@ -69,8 +72,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::
 
 DenseTwin::DenseTwin(const Workload& workload)
     : w_(workload),
-      precision_(zero3::precision_in_effect(zero3::PrecisionOptions(), workload.config.precision)),
+      precision_(zero3::precision_in_effect(workload.precision, workload.config.precision)),
       root_(workload.build_twin ? workload.build_twin() : workload.build()) {
+  scaler_ = fresh_scaler();
   if (w_.history) w_.history(*this);
 }
 
@@ -97,6 +101,9 @@ void DenseTwin::retarget(const std::string& path) {
   optimizer_ = w_.optimizer(train);
   pending_.clear();
   micro_steps_ = 0;
+  scaler_ = fresh_scaler();
+  applied_steps_ = skipped_steps_ = 0;
+  reported_norm_ = 0;
 }
 
 std::vector<double> DenseTwin::forward(const std::vector<Batch>& batches, const std::vector<zero3::Route>& routes,
@@ -119,8 +126,12 @@ std::vector<double> DenseTwin::forward(const std::vector<Batch>& batches, const 
   return losses;
 }
 
-std::set<std::string> DenseTwin::backward() {
+std::set<std::string> DenseTwin::backward(const std::vector<BackwardInjection>& injections) {
   at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> by_path;  // the whole tree's, where an injection names them
+  for (const auto& injection : injections)
+    if (!injection.param.empty() && by_path.empty())
+      for (auto& [path, p] : unique_named_parameters(root_)) by_path.emplace(path, p);
   for (auto& p : model_params_)
     if (p.requires_grad()) p.mutable_grad() = at::Tensor();
   // A hook on each parameter notes when autograd has its whole gradient, rank by rank.
@@ -145,7 +156,24 @@ std::set<std::string> DenseTwin::backward() {
     at::AutoGradMode grad(true);
     for (size_t r = 0; r < pending_.size(); ++r) {
       ready = &ready_order_[r];
-      if (pending_[r].requires_grad()) pending_[r].backward();
+      const BackwardInjection none;
+      const BackwardInjection& injection = r < injections.size() ? injections[r] : none;
+      // Rank r's gradient of the named parameter, poisoned before it joins the others' (a hook
+      // on the leaf sees the whole gradient of this rank's backward, before accumulation).
+      std::optional<std::pair<at::Tensor, unsigned>> poison;
+      if (!injection.param.empty()) {
+        at::Tensor& p = by_path.at(injection.param);
+        if (p.requires_grad())
+          poison.emplace(p, p.register_hook([value = injection.gradient](const at::Tensor& g) {
+            return poison_gradient(g, value);
+          }));
+      }
+      at::Tensor loss = pending_[r];
+      if (injection.loss) loss = loss * *injection.loss;
+      // DeepSpeed multiplies loss.float() by the scale (runtime/fp16/loss_scaler.py:61-63 (v0.14.5)).
+      if (scaler_.scale != 1.0) loss = loss.to(at::kFloat) * scaler_.scale;
+      if (loss.requires_grad()) loss.backward();
+      if (poison) poison->first.remove_hook(poison->second);
       if (!precision_.mixed()) continue;
       at::NoGradGuard no_grad_here;
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -178,16 +206,19 @@ void DenseTwin::accumulate(const std::vector<at::Tensor>& averaged) {
     if (averaged[i].defined()) accum_[i] = accum_[i].defined() ? accum_[i].add_(averaged[i]) : averaged[i];
 }
 
-// DeepSpeed's gradient clip at an accumulation boundary, before the optimizer step, with no loss
-// scale (fp32): N = the global norm of the accumulated gradients (double), coefficient
-// max(1, (N + 1e-6) / C), every gradient multiplied by 1 / coefficient rounded to fp32
-// (runtime/zero/stage3.py:2109-2118 (v0.14.5), :2696-2705 (master)); off when C is 0. The twin
-// sums whole tensors, the engine its ranks' slices: the double norms differ in the last bits, so
-// the fp32 multiplier is the same unless it lies within ~1e-15 relative of an fp32 rounding
-// boundary (about 1e-8 of the steps that clip; tolerance stays 0, docs/invariants.md).
-void DenseTwin::clip_gradients(std::vector<at::Tensor>& gradients) {
-  const double clip = w_.config.precision.gradient_clipping.value_or(0.0);
-  if (!(clip > 0)) return;
+// DeepSpeed's step before the optimizer at an accumulation boundary (docs/deepspeed-precision.md
+// section 2, items 5-7, read from DeepSpeed): N = the global norm of the accumulated, scaled
+// gradients (double); with overflow protection, a non-finite N skips the step; the scale is
+// updated first, and S below is the updated one; then combined = S, or max(1, ((N / S) + 1e-6) / C)
+// * S with a clip C, and every gradient is multiplied by 1 / combined rounded to fp32
+// (runtime/zero/stage3.py:2109-2118 (v0.14.5)). The twin sums whole tensors, the engine its
+// ranks' slices: the double norms differ in the last bits, so the fp32 multiplier is the same
+// unless it lies within ~1e-15 relative of an fp32 rounding boundary (about 1e-8 of the steps
+// that clip; tolerance stays 0, docs/invariants.md).
+bool DenseTwin::unscale_and_clip(std::vector<at::Tensor>& gradients) {
+  const double clip = precision_.gradient_clipping;
+  const bool scaled = precision_.scaler.dynamic() || precision_.scaler.loss_scale != 1.0;
+  if (!(clip > 0) && !precision_.check_overflow && !scaled) return true;
   at::NoGradGuard no_grad;
   double sum_sq = 0;
   for (const at::Tensor& g : gradients)
@@ -195,10 +226,47 @@ void DenseTwin::clip_gradients(std::vector<at::Tensor>& gradients) {
       const double norm = g.to(at::kDouble).norm(2).item<double>();
       sum_sq += norm * norm;
     }
-  const double coefficient = (std::sqrt(sum_sq) + 1e-6) / clip;
-  if (coefficient <= 1.0) return;  // torch.clamp(min=1): a NaN norm passes, and poisons, as there
-  for (at::Tensor& g : gradients)
-    if (g.defined()) g.mul_(1.0 / coefficient);
+  const double norm = std::sqrt(sum_sq);
+  const bool overflow = precision_.check_overflow && !std::isfinite(norm);
+  update_scale(overflow);
+  const double scale = scaler_.scale;
+  reported_norm_ = norm / scale;
+  if (overflow) return false;
+  double combined = scale;
+  if (clip > 0) {
+    const double factor = ((norm / scale) + 1e-6) / clip;  // torch.clamp(min=1): a NaN passes, and poisons
+    combined = (std::isnan(factor) ? factor : std::max(factor, 1.0)) * scale;
+  }
+  if (combined != 1.0)
+    for (at::Tensor& g : gradients)
+      if (g.defined()) g.mul_(1.0 / combined);
+  return true;
+}
+
+DenseTwin::Scaler DenseTwin::fresh_scaler() const {
+  const zero3::LossScalerOptions& o = precision_.scaler;
+  Scaler out;
+  out.scale = o.dynamic() ? std::ldexp(1.0, o.initial_scale_power) : o.loss_scale;
+  out.hysteresis_left = o.hysteresis;
+  return out;
+}
+
+// DynamicLossScaler.update_scale (runtime/fp16/loss_scaler.py:170-203 (v0.14.5)), with
+// raise_error_at_min_scale off and consecutive_hysteresis off (precision_of); a static scale
+// never moves.
+void DenseTwin::update_scale(bool overflow) {
+  const zero3::LossScalerOptions& o = precision_.scaler;
+  if (!o.dynamic()) return;
+  Scaler& s = scaler_;
+  if (overflow) {
+    if (o.hysteresis == 1 || s.hysteresis_left == 1) s.scale = std::max(s.scale / 2, o.min_loss_scale);
+    else s.hysteresis_left -= 1;
+    s.last_overflow_iter = s.iter;
+  } else if ((s.iter - s.last_overflow_iter) % o.loss_scale_window == 0) {
+    s.hysteresis_left = o.hysteresis;
+    s.scale *= 2;
+  }
+  s.iter += 1;
 }
 
 void DenseTwin::step() {
@@ -209,10 +277,14 @@ void DenseTwin::step() {
   std::vector<at::Tensor> gradients(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
     if (model_params_[i].requires_grad() && accum_[i].defined()) gradients[i] = accum_[i].to(at::kFloat);
-  clip_gradients(gradients);
+  if (!unscale_and_clip(gradients)) {
+    ++skipped_steps_;  // nothing changes but the scaler and this count (the overflow contract)
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i)
     if (model_params_[i].requires_grad()) params_[i].second.mutable_grad() = gradients[i];
   optimizer_->step();
+  ++applied_steps_;
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].second.mutable_grad() = at::Tensor();
@@ -232,6 +304,8 @@ void DenseTwin::save(const std::string& tag) {
   for (auto& [name, p] : params_) snapshot.params.push_back(p.detach().clone());
   copy_state(optimizer_->state(), snapshot.optimizer);
   snapshot.micro_steps = micro_steps_;
+  snapshot.scaler = scaler_;
+  snapshot.skipped_steps = skipped_steps_;
 }
 
 void DenseTwin::load(const std::string& tag, LoadEffect effect) {
@@ -243,7 +317,12 @@ void DenseTwin::load(const std::string& tag, LoadEffect effect) {
     if (precision_.mixed()) model_params_[i].copy_(zero3::round_to(snapshot.params[i], precision_.param_dtype));
   }
   if (effect.optimizer_state) copy_state(snapshot.optimizer, optimizer_->state());
-  if (effect.step_counters) micro_steps_ = snapshot.micro_steps;
+  if (effect.step_counters) {  // the scaler and the skipped steps travel with the step counters
+    micro_steps_ = snapshot.micro_steps;
+    scaler_ = snapshot.scaler;
+    skipped_steps_ = snapshot.skipped_steps;
+    applied_steps_ = micro_steps_ / w_.config.gradient_accumulation_steps - skipped_steps_;
+  }
   // A load resumes training as if it had never stopped: a parameter the optimizer has stepped
   // (the checkpoint's, or its own when its state stays) had a gradient, which zero_grad keeps as
   // zeros, so it keeps stepping even where a backward does not reach it. A twin retargeted since
@@ -265,6 +344,25 @@ void DenseTwin::scale_parameters(const std::vector<std::string>& paths, double s
         model_param(i).mul_(scale);  // in the model's dtype, as the user's edit of the gathered tensor
         if (precision_.mixed()) params_[i].second.copy_(model_param(i));  // published: the master widened
       }
+}
+
+void poison_input(Batch& batch, float value) {
+  if (batch.input.numel() == 0) return;
+  batch.input = batch.input.clone(at::MemoryFormat::Contiguous);  // the workload's tensor stays clean
+  batch.input.view({-1})[0].fill_(value);
+}
+
+at::Tensor poison_gradient(const at::Tensor& gradient, float value) {
+  if (gradient.numel() == 0) return gradient;
+  at::Tensor out = gradient.clone(at::MemoryFormat::Contiguous);
+  out.view({-1})[0].fill_(value);
+  return out;
+}
+
+bool operator==(const BackwardInjection& a, const BackwardInjection& b) {
+  const auto same = [](float x, float y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  return a.loss.has_value() == b.loss.has_value() && (!a.loss || same(*a.loss, *b.loss)) && a.param == b.param &&
+         same(a.gradient, b.gradient);
 }
 
 LoadEffect load_effect(bool optimizer_states, bool module_only) {

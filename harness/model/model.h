@@ -186,6 +186,36 @@ struct Workload {
   // A checkpoint every engine of the run loads as part of its initialize (a resumed run), and the
   // twin with it the state `history` saved. Empty: none.
   std::string resume_from;
+  // What every engine of the run is given as EngineOptions::precision (the scenario's
+  // overflow_protection, precision_of): the twin follows the same contract by its own rules.
+  zero3::PrecisionOptions precision;
+};
+
+// The precision options a scenario's overflow_protection asks for: check_overflow with its loss
+// scale (DeepSpeed's v0.14.5 scaler rule, raise_error_at_min_scale off); without it the defaults
+// (no check, no scale).
+zero3::PrecisionOptions precision_of(const std::optional<OverflowProtection>& protection);
+
+// ---- injected non-finite values ----------------------------------------------------------------
+
+// What an `inject` does to one rank's data (SCENARIO_FORMAT.md, "Injecting non-finite values"),
+// one definition for the ranks' side and the twin's.
+// Replaces element 0 of `batch`'s flattened input by `value` (an inject into "input").
+void poison_input(Batch& batch, float value);
+// Returns a row-major copy of `gradient` whose flat element 0 is `value` (an inject into
+// "gradient"); a gradient without elements is returned as it is.
+at::Tensor poison_gradient(const at::Tensor& gradient, float value);
+
+// What one rank's next backward poisons: the loss it differentiates multiplied by `loss`, and
+// element 0 of the gradient of the parameter at `param` (its path in the whole tree; "" none)
+// replaced by `gradient` once that rank's backward has produced it.
+struct BackwardInjection {
+  std::optional<float> loss;
+  std::string param;
+  float gradient = 0;
+  bool empty() const { return !loss && param.empty(); }
+  // The same bits: NaN equals NaN here, as two calls that poison alike are one call.
+  friend bool operator==(const BackwardInjection& a, const BackwardInjection& b);
 };
 
 // Returns the scenario's workload: build_tree, batch_of, the operation's route for every rank,
@@ -220,16 +250,28 @@ class DenseTwin {
   // traces[r], when given and not null, follows rank r's forward. Returns the losses by rank.
   std::vector<double> forward(const std::vector<Batch>& batches, const std::vector<zero3::Route>& routes,
                               const std::vector<zero3::ForwardInterceptor*>& traces = {});
-  // Back-propagates the pending losses, averaged over the ranks of their forward; returns the
-  // paths of the parameters that got a gradient.
-  std::set<std::string> backward();
+  // Back-propagates the pending losses, averaged over the ranks of their forward, each scaled by
+  // the loss scale and poisoned as `injections[r]` says (none when shorter); returns the paths
+  // of the parameters that got a gradient.
+  std::set<std::string> backward(const std::vector<BackwardInjection>& injections = {});
   // Per rank of the last backward, the paths of the parameters in the order their gradients
   // became ready in that rank's back-propagation (autograd's order: what a ZeRO-3 gradient
   // bucket fills in).
   const std::vector<std::vector<std::string>>& ready_order() const { return ready_order_; }
+  // At an accumulation boundary: the global norm of the (scaled) gradients, and with overflow
+  // protection the skip decision (any non-finite gradient) and the scale's update, then the
+  // unscale and clip (DeepSpeed's rules, written here) and the optimizer step unless skipped.
   void step();
   void zero_grad();
   void drop_pending() { pending_.clear(); }
+  // The overflow contract's numbers (Workload::precision asks for protection): optimizer steps
+  // applied and skipped, the loss scale, and the last boundary's reported norm (unscaled by the
+  // updated scale; 0 before any boundary or when no norm is needed).
+  bool overflow_protection() const { return precision_.check_overflow; }
+  int64_t applied_steps() const { return applied_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  double loss_scale() const { return scaler_.scale; }
+  double reported_norm() const { return reported_norm_; }
   // The user's edit inside a gather whose edits are kept: the parameters at `paths` (relative to
   // the target; gathered_params') multiplied by `scale` in place.
   void scale_parameters(const std::vector<std::string>& paths, double scale);
@@ -244,7 +286,9 @@ class DenseTwin {
   const std::shared_ptr<zero3::Module>& target() const { return target_; }
 
  private:
-  void clip_gradients(std::vector<at::Tensor>& gradients);  // the config's gradient_clipping, at a boundary
+  // The unscale and the config's gradient_clipping at a boundary; returns false when the step is
+  // skipped for an overflow.
+  bool unscale_and_clip(std::vector<at::Tensor>& gradients);
   // Adds the averaged gradient of each parameter that got one (with_gradient) into accum_.
   void accumulate(const std::vector<at::Tensor>& averaged);
   // The model's tensor of parameter i (params_[i] itself in fp32).
@@ -262,10 +306,24 @@ class DenseTwin {
   std::vector<at::Tensor> pending_;  // per-rank losses of the last forward
   std::vector<std::vector<std::string>> ready_order_;  // per rank, of the last backward
   int64_t micro_steps_ = 0;
+  // DeepSpeed's loss scaler as the twin keeps it (runtime/fp16/loss_scaler.py:170-203 (v0.14.5)),
+  // written here from DeepSpeed's code, not the engine's.
+  struct Scaler {
+    double scale = 1;
+    int64_t iter = 0, last_overflow_iter = -1;
+    int hysteresis_left = 0;
+  };
+  Scaler fresh_scaler() const;
+  void update_scale(bool overflow);
+  Scaler scaler_;
+  int64_t applied_steps_ = 0, skipped_steps_ = 0;
+  double reported_norm_ = 0;
   struct Snapshot {
     std::vector<at::Tensor> params;
     OptimizerState optimizer;  // deep copies
     int64_t micro_steps = 0;
+    Scaler scaler;
+    int64_t skipped_steps = 0;
   };
   std::map<std::string, Snapshot> saved_;  // by tag
 };
@@ -310,10 +368,11 @@ std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, c
 // persistent ones included (n elements), in a world of `world_size` ranks.
 Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size);
 // What a step() moves: at an accumulation boundary (`boundary`) with the config's
-// gradient_clipping set, the squared gradient norm all-reduced (one double, counted as 2*N: a
+// gradient_clipping set or with overflow protection (the norm is the overflow check), the squared
+// gradient norm all-reduced (one double, counted as 2*N: a
 // reduce-scatter padded to a chunk of 1 plus its all-gather; docs/deepspeed-precision.md section
 // 2 item 6); else nothing.
-Traffic step_traffic(const zero3::Config& config, bool boundary, int world_size);
+Traffic step_traffic(const zero3::Config& config, bool overflow_protection, bool boundary, int world_size);
 
 // Installed on the twin's forward (one rank's), it replays the ZeRO-3 schedule of the spec on the
 // expectation: gather a module's partitioned parameters unless already whole, release them after

@@ -156,9 +156,10 @@ Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool pu
   return t;
 }
 
-Traffic step_traffic(const zero3::Config& config, bool boundary, int world_size) {
+Traffic step_traffic(const zero3::Config& config, bool overflow_protection, bool boundary, int world_size) {
   Traffic t;
-  if (boundary && config.precision.gradient_clipping.value_or(0.0) > 0) t.all_reduce = 2 * world_size;
+  if (boundary && (config.precision.gradient_clipping.value_or(0.0) > 0 || overflow_protection))
+    t.all_reduce = 2 * world_size;
   return t;
 }
 

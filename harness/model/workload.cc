@@ -18,7 +18,24 @@ Workload workload_of(const Scenario& scenario) {
   w.optimizer_states = scenario.optimizer == "sgd" ? 1 : 2;
   w.config = scenario.config;
   w.config.placement = scenario.placement;  // handed over as the user would
+  w.precision = precision_of(scenario.overflow_protection);
   return w;
+}
+
+zero3::PrecisionOptions precision_of(const std::optional<OverflowProtection>& protection) {
+  zero3::PrecisionOptions out;
+  if (!protection) return out;
+  out.check_overflow = true;
+  zero3::LossScalerOptions& scaler = out.scaler;
+  scaler.loss_scale = protection->loss_scale;
+  scaler.initial_scale_power = static_cast<int>(protection->initial_scale_power);
+  scaler.loss_scale_window = static_cast<int64_t>(protection->loss_scale_window);
+  scaler.hysteresis = static_cast<int>(protection->hysteresis);
+  scaler.min_loss_scale = protection->min_loss_scale;
+  // A scenario keeps the floor instead of ending in DeepSpeed's exception at the minimum scale,
+  // so every scenario runs to its end (SCENARIO_FORMAT.md).
+  scaler.raise_at_min_scale = false;
+  return out;
 }
 
 }  // namespace zerocheck::model

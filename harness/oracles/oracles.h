@@ -126,6 +126,21 @@ Result consolidated(const model::Expectation& expected, const std::map<std::stri
 // that print how far apart two computations are. Shapes that differ give infinity.
 double max_abs_difference(const at::Tensor& a, const at::Tensor& b);
 
+// What a rank's engine says about the overflow contract, and the state it must keep finite: its
+// weights (the model tensors it holds data in), fp32 masters, bf16 shards and optimizer state.
+struct OverflowReport {
+  int64_t optimizer_steps = 0, skipped_steps = 0;
+  double loss_scale = 1, reported_norm = 0;
+  std::vector<std::pair<std::string, at::Tensor>> state;  // "<path> <role>" -> tensor
+};
+OverflowReport observe_overflow(zero3::Engine& engine);
+// I11, with overflow protection: the steps applied and skipped, the loss scale and the reported
+// gradient norm are the twin's (which decides each skip from its own gradients: any non-finite
+// one in the accumulation window), the norm finite exactly when the twin's is and then equal to
+// it within 1e-9 relative (the twin sums whole tensors, the engine its shards); and nothing in
+// `report.state` is NaN or infinite.
+Result overflow_contract(const model::DenseTwin& twin, const OverflowReport& report, const std::string& target);
+
 // I8: the elements moved by `operation` equal the prediction, kind by kind.
 Result traffic(const std::string& operation, const model::Traffic& expected, const model::Traffic& measured,
                const std::string& target);

@@ -3,6 +3,9 @@
 
 #include "engine/layers.h"
 
+#include <functional>
+#include <limits>
+
 namespace zerocheck {
 namespace {
 
@@ -48,6 +51,33 @@ std::shared_ptr<zero3::Module> build_tree(const Scenario& s) {
 }
 
 zero3::Route route_of(const Op& op) { return zero3::Route::cyclic(op.route); }
+
+float injected_value(const Op& op) {
+  const std::string& value = std::get<std::string>(op.value.storage());
+  if (value == "nan") return std::numeric_limits<float>::quiet_NaN();
+  return value == "-inf" ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+}
+
+std::vector<std::string> parameter_paths(const Scenario& s) {
+  // The module paths of SCENARIO_FORMAT.md ("Nodes"), walked as unique_modules walks the built
+  // tree: pre-order, a node seen before (shared) not again. From the specs, so validate() can
+  // name a parameter without building modules.
+  std::vector<std::string> out;
+  std::vector<bool> seen(s.tree.size(), false);
+  const auto join = [](const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; };
+  std::function<void(size_t, const std::string&)> visit = [&](size_t index, const std::string& path) {
+    if (index >= s.tree.size() || seen[index]) return;
+    seen[index] = true;
+    const NodeSpec& node = s.tree[index];
+    for (const auto& local : schema::parameter_names(node)) out.push_back(join(path, local));
+    const bool moe = schema::find_node_kind(node.kind) != nullptr &&
+                     schema::find_node_kind(node.kind)->children == schema::Children::at_least_one;
+    for (size_t c = 0; c < node.children.size(); ++c)
+      visit(static_cast<size_t>(node.children[c]), join(path, (moe ? "experts." : "") + std::to_string(c)));
+  };
+  if (!s.tree.empty()) visit(0, "");
+  return out;
+}
 
 ScenarioShape shape_of(const Scenario& s) {
   ScenarioShape shape;

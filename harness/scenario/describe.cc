@@ -47,6 +47,9 @@ std::string describe(const Scenario& s) {
     if (op.kind == OpKind::set_attr || op.kind == OpKind::del_attr)
       out << fmt::format(" '{}'{}{} .{}", op.module, op.param.empty() ? "" : " param ", op.param, op.name);
     if (op.kind == OpKind::set_attr) out << " = " << op.value.repr();
+    if (op.kind == OpKind::inject)
+      out << fmt::format(" {} into rank {}'s {}{}", std::get<std::string>(op.value.storage()), op.rank, op.into,
+                         op.param.empty() ? "" : " of " + op.param);
     if (op.tag) out << fmt::format(" tag '{}'", *op.tag);
     if (op.kind == OpKind::load && op.module_only) out << " module only";
     else if (op.kind == OpKind::load && !op.optimizer_states) out << " without optimizer states";

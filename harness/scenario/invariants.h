@@ -1,4 +1,4 @@
-// The invariants a run checks, I1..I10: one table, part of the scenario language. The oracles
+// The invariants a run checks, I1..I11: one table, part of the scenario language. The oracles
 // implement them (harness/oracles), `--disable` names them, `zerocheck mutants` scores faults by
 // them, schema.json exports them to the Python replay, and a scenario's verdict cites them.
 //
@@ -35,7 +35,11 @@ namespace zerocheck {
         "statuses, the step counters and the parameters they hold")                                \
   X(I10, "a scenario replayed with its inert ZeRO knobs drawn again (buckets, prefetch, live and "  \
          "reuse limits, sub-groups, overlap) gives bit-identical losses, parameters, optimizer "    \
-         "state and step counters")
+         "state and step counters")                                                                 \
+  X(I11, "with overflow protection, a step whose gradients hold a NaN or an infinity on any rank is " \
+         "skipped on every rank and no other is: the applied and skipped steps, the loss scale and " \
+         "the reported gradient norm (not finite exactly when the twin's is) are the dense twin's, "  \
+         "and no weight, fp32 master or optimizer state is NaN or infinite")
 
 // X(name): the invariants only the upstream replay judges (none now: I10 has its oracle on both
 // engines, harness/interpreter/internal/inert_knobs.h and harness/deepspeed/zerocheck_ds/oracles/

@@ -138,6 +138,10 @@ Op read_op(const JsonAt& at) {
     op.scale = at["scale"].number();
     rules::scale(at["scale"].path(), op.scale);
   }
+  // A rank of the widest world here; of this world in validate, as modifier_rank.
+  if (at.has("rank"))
+    op.rank = static_cast<int>(at["rank"].integer(schema::limits::world_size.lo - 1, schema::limits::world_size.hi - 1));
+  if (at.has("into")) op.into = at["into"].one_of(schema::inject_targets());
   if (at.has("config_error")) {
     const std::string name = at["config_error"].one_of(schema::config_error_names());
     for (const auto& row : schema::config_errors())
@@ -147,6 +151,19 @@ Op read_op(const JsonAt& at) {
 }
 
 int64_t bounded(const JsonAt& at, const schema::Limit& limit) { return at.integer(limit.lo, limit.hi); }
+
+OverflowProtection read_overflow_protection(const JsonAt& at) {
+  at.object({}, schema::overflow_key_names());
+  OverflowProtection out;
+  // Each key's range is validate()'s; an integer key must be written as one.
+#define ZEROCHECK_READ_OVERFLOW_KEY(name, is_integer, def, lo, hi, doc)                          \
+  if (at.has(#name))                                                                            \
+    out.name = is_integer ? static_cast<double>(at[#name].integer(static_cast<int64_t>(lo), static_cast<int64_t>(hi))) \
+                          : at[#name].number();
+  ZEROCHECK_OVERFLOW_KEYS(ZEROCHECK_READ_OVERFLOW_KEY)
+#undef ZEROCHECK_READ_OVERFLOW_KEY
+  return out;
+}
 
 }  // namespace
 
@@ -168,6 +185,7 @@ Scenario scenario_from_json(const nlohmann::json& root) {
   s.optimizer = optimizer["kind"].one_of(schema::optimizer_kinds());
   s.lr = optimizer["lr"].number();
   s.config = zero3::Config::read(at["config"]);
+  if (at.has("overflow_protection")) s.overflow_protection = read_overflow_protection(at["overflow_protection"]);
   if (at.has("construct")) s.construct = at["construct"].one_of(schema::constructions());
   // The config's "zerocheck.placement" section is the same setting as "placement": a scenario
   // gives its policy once, and from here on it lives in Scenario::placement only.

@@ -100,6 +100,30 @@ struct Op {
   // (JSON null): every rank edits its own copy and the edit is not kept.
   std::optional<int> modifier_rank;
   double scale = 1.0;
+  // inject: the rank whose data it poisons, what it poisons (a row of schema::inject_targets():
+  // "input", "loss", "gradient"), and `value`, a string of schema::non_finite_values(); `param`
+  // (the parameter's path as the tree's named parameters spell it, parameter_paths) with
+  // "gradient" only.
+  int rank = 0;
+  std::string into;
+};
+
+// Returns the float an `inject` puts in: NaN, +inf or -inf (its `value`).
+// Requires: validate(op's scenario) passed.
+float injected_value(const Op& op);
+
+// The zerocheck-only top-level key "overflow_protection" (schema.h, ZEROCHECK_OVERFLOW_KEYS):
+// overflow protection and the loss scale the engine is given (zero3::PrecisionOptions).
+struct OverflowProtection {
+#define ZEROCHECK_OVERFLOW_FIELD(name, is_integer, def, lo, hi, doc) double name = def;
+  ZEROCHECK_OVERFLOW_KEYS(ZEROCHECK_OVERFLOW_FIELD)
+#undef ZEROCHECK_OVERFLOW_FIELD
+  bool dynamic() const { return loss_scale == 0; }
+  friend bool operator==(const OverflowProtection& a, const OverflowProtection& b) {
+    return a.loss_scale == b.loss_scale && a.initial_scale_power == b.initial_scale_power &&
+           a.loss_scale_window == b.loss_scale_window && a.hysteresis == b.hysteresis &&
+           a.min_loss_scale == b.min_loss_scale;
+  }
 };
 
 struct Scenario {
@@ -114,7 +138,13 @@ struct Scenario {
   zero3::PlacementSpec placement;
   std::vector<Op> ops;
   std::string construct = "eager";  // a row of schema::constructions()
+  std::optional<OverflowProtection> overflow_protection;  // none: the engine checks nothing
 };
+
+// Returns the path of every distinct parameter of the tree as its named parameters spell them
+// ("1.experts.0.linear.weight"; a shared module's under its first place in pre-order), from the
+// node specs alone, in pre-order.
+std::vector<std::string> parameter_paths(const Scenario& scenario);
 
 // Returns the scenario in `text`. Throws ScenarioError naming the JSON path of the first problem
 // (a key written twice anywhere in the document is one).

@@ -89,6 +89,19 @@ const char* to_string(ConfigErrorKind kind) {
   return "";
 }
 
+const std::vector<OverflowKeyRow>& overflow_keys() {
+  static const std::vector<OverflowKeyRow> all = {
+#define ZEROCHECK_OVERFLOW_KEY_ROW(name, is_integer, def, lo, hi, doc) {#name, is_integer, def, lo, hi, doc},
+      ZEROCHECK_OVERFLOW_KEYS(ZEROCHECK_OVERFLOW_KEY_ROW)
+#undef ZEROCHECK_OVERFLOW_KEY_ROW
+  };
+  return all;
+}
+
+std::vector<std::string> overflow_key_names() {
+  return names_of(overflow_keys(), [](const OverflowKeyRow& row) { return row.name; });
+}
+
 const std::vector<OptimizerRow>& optimizers() {
   // SGD with momentum, so SGD's checkpoints carry optimizer state as Adam's do.
   static const std::vector<OptimizerRow> all = {{"adam", 0.0, 3}, {"sgd", 0.9, 1}};
@@ -162,7 +175,7 @@ const std::vector<std::string>& required_top_keys() {
 }
 
 const std::vector<std::string>& optional_top_keys() {
-  static const std::vector<std::string> keys = {"placement", "construct"};
+  static const std::vector<std::string> keys = {"placement", "construct", "overflow_protection"};
   return keys;
 }
 

@@ -84,7 +84,7 @@ const std::vector<Limit>& all_limits();
 // X(key): the keys an operation may carry, each a field of Op.
 #define ZEROCHECK_OP_KEYS(X)                                                                      \
   X(optimizer) X(target) X(route) X(module) X(param) X(name) X(value) X(world_size) X(tag)        \
-  X(optimizer_states) X(module_only) X(modifier_rank) X(scale) X(config_error)
+  X(optimizer_states) X(module_only) X(modifier_rank) X(scale) X(config_error) X(rank) X(into)
 
 enum OpKeyBit : unsigned {
 #define ZEROCHECK_OP_KEY_BIT(key) key##_bit,
@@ -118,7 +118,10 @@ ZEROCHECK_OP_KEYS(ZEROCHECK_OP_KEY_MASK)
     "optimizer's state; with world_size M, a world of M ranks loads it too")                           \
   X(destroy, 0u, 0u, 1, 1, "the engine is destroyed")                                                  \
   X(gather, key::modifier_rank | key::scale, key::module, 1, 0,                                        \
-    "gather a module's parameters; the modifier rank (null: every rank) scales them in place")
+    "gather a module's parameters; the modifier rank (null: every rank) scales them in place")          \
+  X(inject, key::rank | key::into | key::value, key::param, 0, 0,                                      \
+    "arm a one-shot NaN or infinity on one rank: its next forward's input, its next backward's loss "   \
+    "or one parameter's gradient in its next backward")
 
 struct OpRow {
   const char* name;
@@ -138,6 +141,43 @@ inline const std::vector<std::string>& initialize_optimizers() {
   static const std::vector<std::string> all = {"same", "fresh"};
   return all;
 }
+
+// The draw weights of `inject` are 0: the draw adds injections after everything else
+// (draw_scenario.h), so a zero row here leaves every earlier choice's meaning as it was.
+
+// What an `inject` puts its value into, and the values it may put (Op::into, Op::value).
+inline const std::vector<std::string>& inject_targets() {
+  static const std::vector<std::string> all = {"input", "loss", "gradient"};
+  return all;
+}
+inline const std::vector<std::string>& non_finite_values() {
+  static const std::vector<std::string> all = {"nan", "inf", "-inf"};
+  return all;
+}
+
+// X(name, is_integer, default, lo, hi, doc): the keys of the zerocheck-only top-level
+// "overflow_protection" object (every key optional, DeepSpeed's fp16 default when absent). Its
+// presence asks the engine for overflow protection (zero3::PrecisionOptions::check_overflow) with
+// this loss scale; the DeepSpeed replay ignores it (its config cannot ask ZeRO-3 for protection
+// without fp16).
+#define ZEROCHECK_OVERFLOW_KEYS(X)                                                                        \
+  X(loss_scale, false, 0, 0, 4294967296.0, "0: a dynamic scale starting at 2^initial_scale_power; > 0: " \
+    "that static scale")                                                                                 \
+  X(initial_scale_power, true, 16, 0, 32, "a dynamic scale starts at 2^initial_scale_power")             \
+  X(loss_scale_window, true, 1000, 1, 1000000, "clean steps after which a dynamic scale doubles "         \
+    "(DeepSpeed v0.14.5's rule)")                                                                        \
+  X(hysteresis, true, 2, 1, 1000, "overflows a dynamic scale absorbs before it halves")                 \
+  X(min_loss_scale, false, 1, 0.0000152587890625, 4294967296.0, "a dynamic scale never halves below it " \
+    "(kept there: DeepSpeed's raise_error_at_min_scale is off)")
+
+struct OverflowKeyRow {
+  const char* name;
+  bool is_integer;
+  double default_value, lo, hi;
+  const char* doc;
+};
+const std::vector<OverflowKeyRow>& overflow_keys();  // in ZEROCHECK_OVERFLOW_KEYS order
+std::vector<std::string> overflow_key_names();
 
 // X(name, doc): the invalid configs an `initialize` may be given (its config_error). Each is the
 // scenario's own config with one thing wrong, which every engine must refuse and leave the model

@@ -96,6 +96,10 @@ json to_json() {
 #define ZEROCHECK_ERROR_ROW(name, doc) errors.push_back({{"name", #name}, {"doc", doc}});
   ZERO3_ERROR_KINDS(ZEROCHECK_ERROR_ROW)
 #undef ZEROCHECK_ERROR_ROW
+  json overflow = json::array();
+  for (const auto& row : overflow_keys())
+    overflow.push_back({{"name", row.name}, {"type", row.is_integer ? "int" : "number"}, {"default", row.default_value},
+                        {"min", row.lo}, {"max", row.hi}, {"doc", row.doc}});
   // nlohmann keeps object keys sorted, so the file is stable; lists keep the tables' order.
   return {{"generated_by", "zerocheck schema (harness/scenario/); do not edit, regenerate"},
           {"format", kFormat},
@@ -110,6 +114,8 @@ json to_json() {
           {"node_kinds", node_kinds_json()},
           {"ops", ops},
           {"initialize_optimizers", initialize_optimizers()},
+          {"inject", {{"into", inject_targets()}, {"values", non_finite_values()}}},
+          {"overflow_protection_keys", overflow},
           {"placement_kinds", placement},
           {"config_keys", config_keys()},
           {"attribute_name_max_bytes", zero3::AttrDict::kMaxNameBytes},

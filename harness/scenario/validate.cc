@@ -197,7 +197,40 @@ void validate_node(const Scenario& s, size_t index) {
     rules::parameter_name(zero3::index_path(frozen, f), node, node.frozen[f]);
 }
 
-void validate_op(const Op& op, size_t index, int world_size) {
+// An inject's rank is one of this world's; its value a non-finite name; its param given exactly
+// when it poisons a gradient, and then a parameter of the tree.
+void validate_inject(const Op& op, const std::string& path, const Scenario& s) {
+  zero3::check_range(zero3::key_path(path, "rank"), op.rank, 0, s.world_size - 1, rules::throw_scenario_error);
+  rules::one_of(zero3::key_path(path, "into"), op.into, schema::inject_targets());
+  const auto* value = std::get_if<std::string>(&op.value.storage());
+  if (value == nullptr)
+    rules::fail(zero3::key_path(path, "value"),
+                "expected a string, one of: " + zero3::join_names(schema::non_finite_values()));
+  rules::one_of(zero3::key_path(path, "value"), *value, schema::non_finite_values());
+  const std::string param = zero3::key_path(path, "param");
+  if (op.into != "gradient") {
+    if (!op.param.empty()) rules::fail(param, "only an inject into \"gradient\" names a parameter");
+    return;
+  }
+  if (op.param.empty()) rules::fail(param, "missing required key (an inject into \"gradient\" names a parameter)");
+  const std::vector<std::string> paths = parameter_paths(s);
+  if (std::find(paths.begin(), paths.end(), op.param) == paths.end())
+    rules::fail(param, "the tree has no parameter " + zero3::json_quoted(op.param) + " (parameters: " +
+                           zero3::join_names(paths) + ")");
+}
+
+void validate_overflow_protection(const OverflowProtection& protection) {
+#define ZEROCHECK_CHECK_OVERFLOW_KEY(name, is_integer, def, lo, hi, doc)                                         \
+  if (!(protection.name >= (lo) && protection.name <= (hi)) || (is_integer && protection.name != std::floor(protection.name))) \
+    rules::fail("$.overflow_protection." #name, fmt::format("expected {} in [{:g}, {:g}], got {:g}",                   \
+                                                              is_integer ? "an integer" : "a number", double(lo),     \
+                                                              double(hi), protection.name));
+  ZEROCHECK_OVERFLOW_KEYS(ZEROCHECK_CHECK_OVERFLOW_KEY)
+#undef ZEROCHECK_CHECK_OVERFLOW_KEY
+}
+
+void validate_op(const Op& op, size_t index, const Scenario& s) {
+  const int world_size = s.world_size;
   const std::string path = zero3::index_path("$.ops", index);
   const schema::OpRow& row = row_of(op.kind);
   const unsigned allowed = row.required | row.optional;
@@ -223,6 +256,8 @@ void validate_op(const Op& op, size_t index, int world_size) {
   field(schema::key::modifier_rank, "modifier_rank", !op.modifier_rank.has_value());
   field(schema::key::scale, "scale", op.scale == defaults.scale);
   field(schema::key::config_error, "config_error", op.config_error == defaults.config_error);
+  field(schema::key::rank, "rank", op.rank == defaults.rank);
+  field(schema::key::into, "into", op.into.empty());
   if (allowed & schema::key::optimizer)
     rules::one_of(zero3::key_path(path, "optimizer"), op.optimizer, schema::initialize_optimizers());
   const std::string route = zero3::key_path(path, "route");
@@ -230,7 +265,8 @@ void validate_op(const Op& op, size_t index, int world_size) {
   for (size_t i = 0; i < op.route.size(); ++i)
     rules::within(zero3::index_path(route, i), op.route[i], schema::limits::route_choice);
   if (row.required & schema::key::name) rules::attribute_name(zero3::key_path(path, "name"), op.name);
-  if (allowed & schema::key::value) rules::attr_value(zero3::key_path(path, "value"), op.value);
+  if (op.kind == OpKind::inject) validate_inject(op, path, s);
+  else if (allowed & schema::key::value) rules::attr_value(zero3::key_path(path, "value"), op.value);
   // 0 is "no second world" (the key absent); any other value is a world size.
   if (op.world_size != 0) rules::within(zero3::key_path(path, "world_size"), op.world_size, schema::limits::world_size);
   if (op.tag) rules::tag(zero3::key_path(path, "tag"), *op.tag);
@@ -262,7 +298,8 @@ void validate(const Scenario& s) {
   for (size_t i = 0; i < s.tree.size(); ++i) validate_node(s, i);
   rules::count_within("$.ops", s.ops.size(), schema::limits::ops);
   rules::one_of("$.construct", s.construct, schema::constructions());
-  for (size_t i = 0; i < s.ops.size(); ++i) validate_op(s.ops[i], i, s.world_size);
+  if (s.overflow_protection) validate_overflow_protection(*s.overflow_protection);
+  for (size_t i = 0; i < s.ops.size(); ++i) validate_op(s.ops[i], i, s);
 }
 
 }  // namespace zerocheck

@@ -58,6 +58,10 @@ json op_to_json(const Op& op) {
   // A valid initialize has none: only a given one is written.
   if ((keys & schema::key::config_error) && op.config_error != schema::ConfigErrorKind::none)
     o["config_error"] = schema::to_string(op.config_error);
+  if (keys & schema::key::rank) o["rank"] = op.rank;
+  if (keys & schema::key::into) o["into"] = op.into;
+  // Absent unless the parameter's gradient is the target (the key is forbidden otherwise).
+  if (op.kind == OpKind::inject && op.param.empty()) o.erase("param");
   return o;
 }
 
@@ -86,7 +90,7 @@ json to_json(const Scenario& s) {
   for (const NodeSpec& node : s.tree) tree.push_back(node_to_json(node));
   json ops = json::array();
   for (const Op& op : s.ops) ops.push_back(op_to_json(op));
-  return {{"format", kScenarioFormat},
+  json out = {{"format", kScenarioFormat},
           {"world_size", s.world_size},
           {"seed", s.seed},
           {"features", s.features},
@@ -97,6 +101,16 @@ json to_json(const Scenario& s) {
           {"construct", s.construct},
           {"tree", tree},
           {"ops", ops}};
+  // Written only when set: a scenario without it writes what it wrote before the key existed.
+  if (const auto& protection = s.overflow_protection) {
+    json keys = json::object();
+#define ZEROCHECK_WRITE_OVERFLOW_KEY(name, is_integer, def, lo, hi, doc) \
+  keys[#name] = is_integer ? json(static_cast<int64_t>(protection->name)) : json(protection->name);
+    ZEROCHECK_OVERFLOW_KEYS(ZEROCHECK_WRITE_OVERFLOW_KEY)
+#undef ZEROCHECK_WRITE_OVERFLOW_KEY
+    out["overflow_protection"] = keys;
+  }
+  return out;
 }
 
 }  // namespace zerocheck

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -189,6 +191,144 @@ TEST(ScenarioFiles, FormatTwoKeysRoundTrip) {
   EXPECT_EQ(back.ops[4].scale, -0.5);
   EXPECT_FALSE(back.ops[5].modifier_rank.has_value());
   EXPECT_EQ(back.ops[6].config_error, schema::ConfigErrorKind::zero_stage);
+}
+
+// inject and overflow_protection survive the writer and the reader; a scenario without
+// overflow_protection writes no such key (what it wrote before the key existed).
+TEST(ScenarioFiles, InjectAndOverflowProtectionRoundTrip) {
+  Scenario s;
+  NodeSpec linear;
+  linear.kind = "Linear";
+  s.tree = {linear};
+  EXPECT_FALSE(to_json(s).contains("overflow_protection"));
+  Op input(OpKind::inject), gradient(OpKind::inject);
+  input.rank = 1;
+  input.into = "input";
+  input.value = zero3::AttrValue(std::string("-inf"));
+  gradient.into = "gradient";
+  gradient.value = zero3::AttrValue(std::string("nan"));
+  gradient.param = "bias";
+  s.ops = {input, gradient};
+  OverflowProtection protection;
+  protection.loss_scale = 0;
+  protection.initial_scale_power = 3;
+  protection.loss_scale_window = 2;
+  s.overflow_protection = protection;
+  const nlohmann::json written = to_json(s);
+  EXPECT_EQ(written, to_json(scenario_from_json(written)));
+  EXPECT_FALSE(written["ops"][0].contains("param"));
+  EXPECT_EQ(written["ops"][1]["param"], "bias");
+  EXPECT_EQ(written["overflow_protection"]["initial_scale_power"], 3);
+  const Scenario back = scenario_from_json(written);
+  EXPECT_EQ(back.ops[0].rank, 1);
+  EXPECT_EQ(back.ops[0].into, "input");
+  EXPECT_EQ(injected_value(back.ops[0]), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(injected_value(back.ops[1])));
+  ASSERT_TRUE(back.overflow_protection.has_value());
+  EXPECT_EQ(*back.overflow_protection, protection);
+}
+
+// Each rule of inject and overflow_protection is a ScenarioError naming the operation's path and
+// the offending value.
+TEST(ScenarioFiles, InjectRulesNameTheOperationAndTheValue) {
+  const auto refusal = [](const std::string& op, const std::string& extra = "") {
+    const std::string text = R"({"format": "zerocheck-scenario/2", "world_size": 2, "seed": 0, "features": 2,
+      "batch": 1, "optimizer": {"kind": "sgd", "lr": 0.1}, "config": {"train_micro_batch_size_per_gpu": 1,
+      "zero_optimization": {"stage": 3}}, "tree": [{"kind": "Sequential", "children": [1]}, {"kind": "Linear"}],
+      "ops": [{"op": "forward"}, )" + op + "]" + extra + "}";
+    try {
+      parse_scenario(text);
+    } catch (const ScenarioError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 1, "into": "gradient", "value": "nan", "param": "0.weight"})"),
+            "accepted");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 2, "into": "loss", "value": "nan"})"),
+            "$.ops[1].rank: value 2 is out of range [0, 1]");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "gradient", "value": "inf", "param": "weight"})"),
+            "$.ops[1].param: the tree has no parameter \"weight\" (parameters: 0.weight, 0.bias)");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "gradient", "value": "inf"})"),
+            "$.ops[1].param: missing required key (an inject into \"gradient\" names a parameter)");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "input", "value": "inf", "param": "0.bias"})"),
+            "$.ops[1].param: only an inject into \"gradient\" names a parameter");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "input", "value": "NaN"})"),
+            "$.ops[1].value: unknown value \"NaN\" (expected one of: nan, inf, -inf)");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "input", "value": 1.5})"),
+            "$.ops[1].value: expected a string, one of: nan, inf, -inf");
+  EXPECT_EQ(refusal(R"({"op": "inject", "rank": 0, "into": "weights", "value": "nan"})"),
+            "$.ops[1].into: unknown value \"weights\" (expected one of: input, loss, gradient)");
+  EXPECT_EQ(refusal(R"({"op": "zero_grad"})", R"(, "overflow_protection": {"hysteresis": 0})"),
+            "$.overflow_protection.hysteresis: value 0 is out of range [1, 1000]");
+  EXPECT_EQ(refusal(R"({"op": "zero_grad"})", R"(, "overflow_protection": {"loss_scale": -1})"),
+            "$.overflow_protection.loss_scale: expected a number in [0, 4.29497e+09], got -1");
+  EXPECT_EQ(refusal(R"({"op": "zero_grad"})", R"(, "overflow_protection": {"scale": 2})"),
+            "$.overflow_protection.scale: unknown key (expected one of: loss_scale, initial_scale_power, "
+            "loss_scale_window, hysteresis, min_loss_scale)");
+}
+
+// parameter_paths walks the specs as named_parameters walks the built tree: every distinct
+// parameter once, a shared module's at its first place, an MoE's experts under `experts.i`.
+TEST(ScenarioFiles, ParameterPathsAreTheBuiltTreesNamedParameters) {
+  const Scenario s = parse_scenario(R"({"format": "zerocheck-scenario/2", "world_size": 1, "seed": 0,
+    "features": 2, "batch": 1, "optimizer": {"kind": "sgd", "lr": 0.1},
+    "config": {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}},
+    "tree": [{"kind": "Sequential", "children": [1, 2, 1, 5]}, {"kind": "Linear", "bias": false},
+             {"kind": "MoE", "children": [3, 4, 3]}, {"kind": "Expert"}, {"kind": "Offset", "shape": [3]},
+             {"kind": "LayerNorm"}, {"kind": "Linear"}],
+    "ops": []})");
+  std::vector<std::string> built;
+  for (const auto& entry : zero3::unique_modules(build_tree(s)))
+    for (const auto& item : entry.module->own_parameters())
+      built.push_back(entry.path.empty() ? item.first : entry.path + "." + item.first);
+  EXPECT_EQ(parameter_paths(s), built);
+  EXPECT_EQ(parameter_paths(s), (std::vector<std::string>{"0.weight", "1.experts.0.linear.weight",
+                                                         "1.experts.0.linear.bias", "1.experts.1.value",
+                                                         "3.weight", "3.bias"}));
+}
+
+// World 3, a persistent bias and partitioned weights, accumulation 2, Adam: an infinity in one
+// rank's gradient of a persistent parameter, a NaN in another rank's input, a -inf loss factor.
+std::string poisoned_scenario(const std::string& protection) {
+  return R"({"format": "zerocheck-scenario/2", "world_size": 3, "seed": 5, "features": 4, "batch": 2,
+    "optimizer": {"kind": "adam", "lr": 0.01}, "config": {"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 4}},
+    "tree": [{"kind": "Sequential", "children": [1, 2, 3]}, {"kind": "Linear"}, {"kind": "Tanh"}, {"kind": "Linear"}],
+    "ops": [{"op": "initialize", "optimizer": "same", "target": ""},
+      {"op": "inject", "rank": 2, "into": "gradient", "value": "inf", "param": "0.bias"},
+      {"op": "forward"}, {"op": "backward"}, {"op": "step"}, {"op": "forward"}, {"op": "backward"}, {"op": "step"},
+      {"op": "zero_grad"}, {"op": "forward"}, {"op": "backward"}, {"op": "step"},
+      {"op": "inject", "rank": 1, "into": "input", "value": "nan"},
+      {"op": "inject", "rank": 0, "into": "loss", "value": "-inf"},
+      {"op": "forward"}, {"op": "backward"}, {"op": "step"}, {"op": "forward"}, {"op": "backward"}, {"op": "step"},
+      {"op": "forward"}, {"op": "backward"}, {"op": "step"}])" + protection + "}";
+}
+
+bool history_has(const Verdict& v, const std::string& text) {
+  return std::any_of(v.history.begin(), v.history.end(),
+                     [&](const std::string& line) { return line.find(text) != std::string::npos; });
+}
+
+// Without protection the poison flows into the reduction, the masters and the weights, and the
+// twin, poisoned alike, follows it exactly (I3: a NaN equals a NaN, an infinity only itself).
+TEST(Injections, FlowIntoTheWeightsAlikeWithoutProtection) {
+  const Verdict v = run_scenario(parse_scenario(poisoned_scenario("")), RunOptions{});
+  EXPECT_TRUE(v.ok()) << v.violation->to_text();
+  EXPECT_TRUE(history_has(v, "#9 forward: loss nan") || history_has(v, "#9 forward: loss -nan"))
+      << "the infinity no longer reaches the weights";
+}
+
+// With protection, the poisoned accumulation window is skipped on every rank (the next clean one,
+// after zero_grad, applies), and so is the second; I11 and I3 hold against the twin.
+TEST(Injections, SkipTheirStepOnEveryRankWithProtection) {
+  const Verdict v = run_scenario(
+      parse_scenario(poisoned_scenario(R"(, "overflow_protection": {"initial_scale_power": 8, "loss_scale_window": 1})")),
+      RunOptions{});
+  EXPECT_TRUE(v.ok()) << v.violation->to_text();
+  EXPECT_TRUE(history_has(v, "#7 step: ok; 1 skipped, loss scale 256, norm inf")) << "the first window is not skipped";
+  EXPECT_TRUE(history_has(v, "#11 step: ok; 1 skipped")) << "the clean window after zero_grad is skipped";
+  EXPECT_TRUE(history_has(v, "#19 step: ok; 2 skipped")) << "the second poisoned window is not skipped";
 }
 
 // The tag rule names the tag and what is wrong with it; a valid tag has no problem.

@@ -7,6 +7,7 @@
 //   training.cc     forward, backward, step, zero_grad, gather
 //   attributes.cc   set_attr, del_attr
 //   checkpoints.cc  save, load
+//   injections.cc   inject (its injections are taken by forward and backward)
 //   checks.cc       what runs after every operation: sweep, require, the traffic check
 // Each operation function takes the state and the operation and returns its outcome; the checks
 // after it (checks.h) run in rank_interpreter.cc.
@@ -58,6 +59,13 @@ struct SavedCheckpoint {
   int64_t micro_steps = 0;
 };
 
+// The injections `inject` operations armed on one rank and no forward or backward has taken yet
+// (SCENARIO_FORMAT.md, "Injecting non-finite values").
+struct ArmedInjections {
+  std::optional<float> input;          // the next forward's input element 0
+  model::BackwardInjection backward;   // the next backward's loss factor and gradient
+};
+
 struct RankState {
   // `workload` must outlive the state; `shared_twin` (optional) replaces this rank's own twin.
   RankState(const model::Workload& workload, zero3::Comm& comm, const RunOptions& options, std::string dir,
@@ -103,7 +111,14 @@ struct RankState {
   std::map<std::string, SavedCheckpoint> saved;  // by tag
   std::optional<std::string> latest_tag;
   int64_t micro_steps = 0;  // the model's count of the live engine's step() calls
+  // By rank, every rank's armed injections: each rank's interpreter keeps the whole world's, so
+  // its twin calls carry what every rank's data gets (injections.h).
+  std::vector<ArmedInjections> armed;
 };
+
+// What this run gives every engine it initializes: the planted fault and the workload's
+// precision (the scenario's overflow_protection).
+zero3::EngineOptions engine_options(const RankState& state);
 
 // An outcome applied with `detail` ("ok", "loss 0.25", ...), or skipped because of `why`.
 OpOutcome applied(std::string detail);

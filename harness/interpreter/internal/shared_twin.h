@@ -16,6 +16,7 @@
 #include "harness/model/model.h"
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -43,6 +44,10 @@ struct TwinCall {
   model::LoadEffect effect;           // load: what it restores
   std::vector<std::string> paths;     // scale: the parameters the gather reached
   double scale = 1;                   // scale: the edit
+  // forward: by rank, the value an inject puts into element 0 of that rank's input (none: clean)
+  std::vector<std::optional<float>> input_poison;
+  // backward: by rank, what an inject poisons in that rank's backward (SCENARIO_FORMAT.md)
+  std::vector<model::BackwardInjection> injections;
 
   friend bool operator==(const TwinCall& a, const TwinCall& b);
 };
