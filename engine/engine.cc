@@ -223,7 +223,8 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
 
   auto state = std::make_shared<EngineState>(model, comm, config, options);
   state->user_optimizer = &optimizer;
-  state->scaler = LossScaler(options.precision.scaler);
+  faults.scaler_options(state->options.precision.scaler);
+  state->scaler = LossScaler(state->options.precision.scaler);
   record_tree(*state, tree);
   faults.before_placement(*state);
   assign_placement(*state, options);
@@ -344,7 +345,8 @@ bool unscale_and_clip(EngineState& state) {
   double clip_norm = scaled_norm;
   state.faults.clip_norm(rank_sum_sq, clip_norm);
   const PrecisionOptions& precision = state.options.precision;
-  const bool overflow = precision.check_overflow && !std::isfinite(scaled_norm);
+  bool overflow = precision.check_overflow && !std::isfinite(scaled_norm);
+  if (precision.check_overflow) state.faults.overflow_decision(rank_sum_sq, scaled_norm, overflow);
   state.scaler.update(overflow);
   const double scale = state.scaler.scale();
   state.global_grad_norm = scaled_norm / scale;

@@ -16,6 +16,7 @@
 #include "engine/faults.h"
 #include "engine/module.h"
 #include "engine/placement.h"
+#include "engine/precision.h"
 
 #include <ATen/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -38,6 +39,7 @@
   X(void, before_placement, (EngineState& state), "initialize, every module numbered, before the placement policy runs") \
   X(void, placement_policy, (EngineState& state, PlacementPolicy& policy), "initialize, the placement policy about to be evaluated") \
   X(void, after_placement, (EngineState& state), "initialize, once placement has decided what is partitioned") \
+  X(void, scaler_options, (LossScalerOptions& options), "initialize, the loss scaler's options, before the scaler is made from them") \
   X(void, after_optimizer_check, (const EngineState& state), "initialize, the optimizer checked against the model, before anything changes") \
   X(void, after_partition, (EngineState& state, ManagedParam& p), "initialize, a parameter just partitioned") \
   X(bool, keeps_refused_state, (), "initialize, refused by config validation: true leaves the engine's changes on the model") \
@@ -55,6 +57,7 @@
   X(void, after_gradients, (EngineState& state), "backward, every gradient reduced, before frozen parameters are released") \
   X(bool, keeps_gathered_after_backward, (const ManagedParam& p), "backward, the last release: true keeps the parameter gathered") \
   X(void, clip_norm, (double rank_sum_of_squares, double& norm), "step, at an accumulation boundary: the global gradient norm (all-reduced) the clip coefficient is computed from") \
+  X(void, overflow_decision, (double rank_sum_of_squares, double norm, bool& overflow), "step, at an accumulation boundary with overflow protection: whether the step overflowed, decided from the all-reduced norm") \
   X(void, reported_norm, (const EngineState& state, double& norm), "step, at an accumulation boundary: the gradient norm global_grad_norm() reports") \
   X(bool, skips_optimizer_step, (EngineState& state), "step, at an accumulation boundary: true counts the step without applying it") \
   X(void, copy_back, (const at::Tensor& master, at::Tensor& rounded), "step, load and partition with bf16 parameters: a fp32 master rounded to the parameter dtype (to nearest even), about to be copied into its bf16 copy") \

@@ -164,6 +164,8 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
         }
         comm.all_gather(my_flag, flags);
         const int64_t* received = flags.data_ptr<int64_t>();
+        bool flagged = false;  // some rank found a violation of its own in this operation
+        for (int r = 0; r < comm.world_size(); ++r) flagged |= received[static_cast<int64_t>(r) * kSent] != 0;
         bool disagree = false;
         if (checks_agreement) {
           std::vector<oracles::AgreementDigest> by_rank(static_cast<size_t>(comm.world_size()));
@@ -172,7 +174,10 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
           if (oracles::Result v = oracles::agreement(by_rank, "")) {
             disagree = true;  // every rank sees the same digests, so every rank stops alike
             v->op_index = index;
-            if (comm.rank() == 0) outcome.violations.push_back(std::move(*v));  // reported once
+            // Reported once, and only when no rank's own check saw the operation go wrong: a rank
+            // that skipped a step the others applied breaks the contract its own oracle names
+            // (I11), and the disagreement is that violation's echo.
+            if (comm.rank() == 0 && !flagged) outcome.violations.push_back(std::move(*v));
           }
         }
         {
@@ -182,8 +187,7 @@ RankReports run_ops(const model::Workload& workload, const std::vector<Op>& ops,
           if (comm.rank() == 0) reports.outcomes.push_back(std::move(outcome));
         }
         if (disagree && options.stop_at_first_violation) return;
-        for (int r = 0; r < comm.world_size(); ++r)
-          if (received[static_cast<int64_t>(r) * kSent] != 0) return;
+        if (flagged) return;
       }
       if (driver) driver->finish(rank);
     });

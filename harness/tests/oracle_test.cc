@@ -64,6 +64,16 @@ TEST(CaughtOnlyByTheSplitOracles, FailedInitializeLeavesState) { expect_holds("f
 // and bias under 0. and 2.; a consolidation that walks each module once drops the second place.
 TEST(CaughtOnlyByTheSplitOracles, ConsolidatedListsSharedOnce) { expect_holds("consolidated-lists-shared-once"); }
 
+// Overflow protection (a dynamic scale 2^4), world 2, one Linear, every parameter partitioned.
+// A NaN in element 0 of rank 1's weight gradient lands in rank 0's slice: only an all-reduced
+// flag skips the step on rank 1 too.
+TEST(CaughtByI11, OverflowFlagNotAllReduced) { expect_holds("overflow-flag-not-all-reduced"); }
+// A window of 2: the twin's scale stays 16 after the first clean step, the fault's doubles.
+TEST(CaughtByI11, ScaleDoubledOneStepEarly) { expect_holds("scale-doubled-one-step-early"); }
+// An infinite loss on rank 0: every rank skips, the scale halves, and the norm reported is the
+// only number that differs (-1 instead of NaN): no other oracle reads it.
+TEST(CaughtOnlyByI11, OverflowNormReportedAsSentinel) { expect_holds("overflow-norm-reported-as-sentinel"); }
+
 // bf16, world 2, SGD: the step's fp32 masters are right and only their bf16 copies are
 // truncated; the next forward's loss (or a master after the next step) differs from the twin's.
 TEST(CaughtByBf16Parity, CopyBackTruncates) { expect_holds("copy-back-truncates"); }
