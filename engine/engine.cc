@@ -355,7 +355,14 @@ bool unscale_and_clip(EngineState& state) {
   const double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
   if (combined != 1.0)  // on the fp32 gradients (R8): the masters' (step_gradients)
     for (auto& p : state.params)
-      if (p->trainable && p->master.grad().defined()) p->master.mutable_grad().mul_(1.0 / combined);
+      if (p->trainable && p->master.grad().defined()) {
+        at::Tensor grad = p->master.mutable_grad();
+        grad.mul_(1.0 / combined);
+        // A NaN norm (unprotected) makes the multiplier NaN, and 0 * NaN would step the padding
+        // off zero: keep the padding's gradient zero, so the padding stays zero (shard_layout.h).
+        const int64_t real = p->persistent || p->placed() ? grad.numel() : p->layout.real_in_shard(rank);
+        if (real < grad.numel()) grad.view({-1}).slice(0, real).zero_();
+      }
   return true;
 }
 
@@ -376,6 +383,8 @@ void Engine::step() {
   const bool mixed = state_->options.precision.mixed();
   if (state_->options.precision.needs_norm() && !unscale_and_clip(*state_)) {
     ++state_->skipped_steps;
+    if (mixed)  // the widened fp32 gradients go as after an applied step (stage3.py:1953-1960)
+      for (auto& p : state_->params) p->master.mutable_grad() = at::Tensor();
     return;
   }
   if (!state_->faults.skips_optimizer_step(*state_)) state_->optimizer->step();

@@ -134,6 +134,31 @@ TEST(ScenarioFiles, ALoadIntoAFreshEngineKeepsSteppingWhatTheCheckpointStepped) 
   EXPECT_EQ(v.outcomes[10].status, OpOutcome::Status::applied) << v.outcomes[10].detail;
 }
 
+// Two engine bugs the first drawn injections found (`zerocheck check --seed 11`, shrunk). Without
+// protection and with gradient_clipping, an injected NaN makes the clip multiplier NaN; a Linear
+// of one feature at world 2 leaves rank 1 only padding, whose zero gradient times NaN stepped it
+// to NaN: the padding must stay zero (I3).
+TEST(ScenarioFiles, ANanClipMultiplierLeavesThePaddingZero) {
+  const Scenario s = parse_scenario(read_file(kScenarios / "regressions" / "nan_clip_keeps_padding_zero.json"));
+  const Verdict v = run_scenario(s, RunOptions{});
+  EXPECT_TRUE(v.ok()) << v.violation->to_text();
+  EXPECT_TRUE(std::any_of(v.history.begin(), v.history.end(), [](const std::string& line) {
+    return line.find("forward: loss nan") != std::string::npos || line.find("forward: loss -nan") != std::string::npos;
+  })) << "the injected NaN no longer reaches the loss";
+}
+
+// bf16 with overflow protection at world 1: a skipped step kept the masters' widened fp32
+// gradients, which an applied step drops: the rank held 8 bytes no tensor accounts for (I4).
+TEST(ScenarioFiles, ASkippedBf16StepDropsItsFp32Gradients) {
+  const Scenario s =
+      parse_scenario(read_file(kScenarios / "regressions" / "bf16_skipped_step_drops_fp32_gradients.json"));
+  const Verdict v = run_scenario(s, RunOptions{});
+  EXPECT_TRUE(v.ok()) << v.violation->to_text();
+  EXPECT_TRUE(std::any_of(v.history.begin(), v.history.end(),
+                          [](const std::string& line) { return line.find("step: ok; 1 skipped") != std::string::npos; }))
+      << "the step is no longer skipped";
+}
+
 // zerocheck-scenario/2 only added keys and an operation whose defaults are /1's meaning: every
 // checked-in /1 file reads, and reads the same as its /2 rewrite.
 TEST(ScenarioFiles, FormatOneIsStillRead) {
