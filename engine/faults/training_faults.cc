@@ -25,9 +25,11 @@ class ExtraCollectivePerStep final : public PlantedFault {
   }
 };
 
-// The last rank does not count its first step; the step itself is applied.
+// The last rank does not count its first step; the step itself is applied. Not under overflow
+// protection, where I11 compares the applied steps with the twin's: this fault is I9's to catch.
 class StepCountSkippedOnOneRank final : public PlantedFault {
   void after_step(EngineState& state) const override {
+    if (state.options.precision.check_overflow) return;
     if (state.optimizer_steps == 1 && state.comm.rank() == state.comm.world_size() - 1) --state.optimizer_steps;
   }
 };
@@ -51,8 +53,11 @@ class ClipFromRankNorm final : public PlantedFault {
 };
 
 // The norm is right where the clip uses it; what the engine reports depends on a memory knob.
+// Not under overflow protection, where I11 compares the reported norm with the twin's: this
+// fault is I10's to catch.
 class NormSquaredWithoutContiguousGradients final : public PlantedFault {
   void reported_norm(const EngineState& state, double& norm) const override {
+    if (state.options.precision.check_overflow) return;
     if (!state.config.zero_optimization.contiguous_gradients) norm *= norm;
   }
 };
