@@ -70,17 +70,27 @@ json joined(const std::vector<json>& groups) {
   return out;
 }
 
-// The ZeRO knobs, gradient_clipping and the bf16 keys are drawn last, below the operation units
+// The ZeRO knobs, gradient_clipping, the bf16 keys and overflow_protection are drawn last, below the operation units
 // (harness/scenario/draw/draw_scenario.cc): an edit of the units moves the bytes they read, so
 // they go with the operations.
 json without_ops(json scenario) {
   scenario.erase("ops");
+  scenario.erase("overflow_protection");  // drawn after the operations, as the knobs
   json& zero = scenario["config"]["zero_optimization"];
   zero = json{{"stage", zero["stage"]},
               {"stage3_param_persistence_threshold", zero["stage3_param_persistence_threshold"]}};
   scenario["config"].erase("gradient_clipping");  // drawn after the operations, as the knobs
   for (const char* key : {"bf16", "data_types", "communication_data_type"}) scenario["config"].erase(key);
   return scenario;
+}
+
+// Whether the scenario holds an `inject`: drawn after the operations, each is put before a
+// forward or backward, and one drawn into a full list drops the list's last operation
+// (draw_scenario.cc), so the edits' checks of operations and names skip such scenarios.
+bool injected(const json& scenario) {
+  for (const auto& op : scenario["ops"])
+    if (op["op"] == "inject") return true;
+  return false;
 }
 
 // An input whose operations reached the 64-operation cap had units cut short: left out.
@@ -265,6 +275,7 @@ std::set<std::string> names_in(const json& scenario) {
 TEST(ChoiceMutator, CopyNameKeepsTheShapeAndDrawsOnlyNamesTheInputHad) {
   const size_t edited = for_each_edit(ChoiceMutation::copy_name, 6, [](const json& before, const json& after) {
     ASSERT_EQ(after["tree"].size(), before["tree"].size());
+    if (injected(before) || injected(after)) return;
     expect_same_operation_kinds(before, after);
     const auto had = names_in(before);
     for (const auto& name : names_in(after)) EXPECT_TRUE(had.count(name)) << "a new name: " << name;
@@ -339,6 +350,7 @@ TEST(ChoiceMutator, RedrawRestKeepsTheTopAboveACutAndDrawsTheRestAfresh) {
     }
     const json through_cut = decoded(Bytes(input.begin() + static_cast<std::ptrdiff_t>(*cut), input.end()));
     const json after = decoded(*out);
+    if (injected(through_cut) || injected(after)) continue;
     EXPECT_EQ(without_ops(after), without_ops(through_cut));
     const json& kept = through_cut["ops"];
     const json& ops = after["ops"];

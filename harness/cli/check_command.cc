@@ -121,9 +121,10 @@ void register_check_command(CLI::App& command, int& exit_code) {
       fmt::print("zerocheck check: engine {}, {} cases in {:.1f} s ({:.0f} cases/s)\n", args->engine,
                  result.cases_run, result.seconds, result.cases_run / std::max(result.seconds, 1e-9));
       fmt::print("generated: {} with tied weights, {} with frozen parameters, {} with zero-size parameters, "
-                 "{} with experts, {} with a placement policy, {} with bf16\n",
+                 "{} with experts, {} with a placement policy, {} with bf16, {} with overflow protection, "
+                 "{} with an injection\n",
                  result.with_tied, result.with_frozen, result.with_zero_size, result.with_experts,
-                 result.with_placement, result.with_bf16);
+                 result.with_placement, result.with_bf16, result.with_overflow_protection, result.with_injection);
       if (result.finding) print_finding(*result.finding);
       else fmt::print("all invariants held\n");
     }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +80,9 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
     result.with_experts += shape.experts;
     result.with_placement += scenario.placement.kind != zero3::PlacementSpec::Kind::none;
     result.with_bf16 += scenario.config.precision.bf16_enabled.value_or(false);
+    result.with_overflow_protection += scenario.overflow_protection.has_value();
+    result.with_injection += std::any_of(scenario.ops.begin(), scenario.ops.end(),
+                                         [](const Op& op) { return op.kind == OpKind::inject; });
     const Verdict verdict = run_scenario(scenario, run);
     ++result.cases_run;
     if (progress && std::chrono::duration<double>(Clock::now() - last_report).count() > 0.5) {
@@ -134,7 +138,9 @@ nlohmann::json to_json(const CheckResult& result, zero3::Fault fault) {
           {"cases_per_second", result.seconds > 0 ? result.cases_run / result.seconds : 0.0},
           {"generated", {{"tied", result.with_tied}, {"frozen", result.with_frozen},
                          {"zero_size", result.with_zero_size}, {"experts", result.with_experts},
-                         {"placement", result.with_placement}, {"bf16", result.with_bf16}}},
+                         {"placement", result.with_placement}, {"bf16", result.with_bf16},
+                         {"overflow_protection", result.with_overflow_protection},
+                         {"injection", result.with_injection}}},
           {"violations", violations}};
 }
 

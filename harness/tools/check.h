@@ -56,6 +56,7 @@ struct CheckResult {
   std::map<std::string, int64_t> other_invariants;  // cases caught by another invariant than the wanted one
   // Shape counts over generated cases, to show the generator reaches what matters.
   int64_t with_tied = 0, with_frozen = 0, with_zero_size = 0, with_experts = 0, with_placement = 0, with_bf16 = 0;
+  int64_t with_overflow_protection = 0, with_injection = 0;
 };
 
 // Called about twice a second with the cases run so far.

@@ -134,6 +134,22 @@ const std::vector<Row<schema::ConfigErrorKind>> kConfigErrors = {
     {1, schema::ConfigErrorKind::offload_optimizer}};
 // A gather's edit: exact in binary, so the twin's product is the engine's.
 const std::vector<Row<double>> kScales = {{2, 2.0}, {2, 0.5}, {1, -1.0}};
+// Overflow protection (the zerocheck-only key, drawn last): none first; a dynamic scale that
+// starts small (2^4, so a few overflows reach its floor) or at DeepSpeed's 2^16, with windows
+// where a doubling happens within a scenario; or a static scale, 1 (protection alone), a power of
+// two or 3 (whose unscale is not exact in binary: the twin must scale as the engine does).
+enum class Protection { none, dynamic, fixed };
+const std::vector<Row<Protection>> kProtections = {{2, Protection::none}, {2, Protection::dynamic}, {1, Protection::fixed}};
+const std::vector<Row<double>> kScalePowers = {{2, 4}, {1, 0}, {1, 16}};
+const std::vector<Row<double>> kScaleWindows = {{2, 2}, {1, 1}, {1, 3}, {1, 1000}};
+const std::vector<Row<double>> kHysteresis = {{1, 2}, {1, 1}};
+const std::vector<Row<double>> kMinScales = {{2, 1}, {1, 4}};
+const std::vector<Row<double>> kStaticScales = {{2, 1}, {1, 4}, {1, 3}};
+// Injections (drawn last too): mostly none; each is put right before a forward (input) or a
+// backward (loss, gradient), so it is taken; a gradient one names a parameter of the tree.
+const std::vector<Row<int64_t>> kInjections = {{3, 0}, {2, 1}, {1, 2}};
+const std::vector<Row<std::string>> kInjectInto = {{1, "input"}, {1, "loss"}, {2, "gradient"}};
+const std::vector<Row<std::string>> kNonFinite = {{2, "nan"}, {1, "inf"}, {1, "-inf"}};
 enum class Target { root, the_module };
 const std::vector<Row<Target>> kInitializeTargets = {{3, Target::root}, {1, Target::the_module}};
 
@@ -271,6 +287,13 @@ class Draw {
         precision.grad_accum_dtype = pick(c_, kBf16Dtype);
         precision.communication_data_type = pick(c_, kBf16Dtype);
       }
+    }
+    // After every earlier choice, so the bytes before them decode to the scenarios they did
+    // before overflow protection and injections existed (the training profile only: the
+    // attributes profile never trains).
+    if (training_) {
+      overflow_protection(s);
+      injections(s);
     }
     return s;
   }
@@ -421,6 +444,50 @@ class Draw {
     std::vector<int64_t> out(static_cast<size_t>(integer(kRouteLength)));
     for (auto& choice : out) choice = integer(kRouteChoice);
     return out;
+  }
+
+  void overflow_protection(Scenario& s) {
+    const Protection kind = pick(c_, kProtections);
+    if (kind == Protection::none) return;
+    OverflowProtection protection;
+    if (kind == Protection::fixed) {
+      protection.loss_scale = pick(c_, kStaticScales);
+    } else {
+      protection.initial_scale_power = pick(c_, kScalePowers);
+      protection.loss_scale_window = pick(c_, kScaleWindows);
+      protection.hysteresis = pick(c_, kHysteresis);
+      protection.min_loss_scale = pick(c_, kMinScales);
+    }
+    s.overflow_protection = protection;
+  }
+
+  // Inserts each injection right before an operation that takes it (a forward for "input", a
+  // backward otherwise), on a rank drawn from the widest world (so a fixed world reads the same
+  // bytes). A full operation list (max_ops) drops its last operation for it: a fuzz input reaches
+  // these choices only when its operations filled the list (FdpChooser::another() takes units
+  // while bytes remain), so an injection must fit a full list.
+  void injections(Scenario& s) {
+    const int64_t count = pick(c_, kInjections);
+    const std::vector<std::string> params = parameter_paths(s);
+    for (int64_t i = 0; i < count && limits_.max_ops > 0; ++i) {
+      Op op(OpKind::inject);
+      op.rank = static_cast<int>(integer({0, bounds_.max_world - 1}) % world_);
+      op.into = pick(c_, kInjectInto);
+      op.value = zero3::AttrValue(pick(c_, kNonFinite));
+      if (op.into == "gradient") {
+        if (params.empty()) op.into = "loss";  // a tree without parameters has no gradient to poison
+        else op.param = element(params);
+      }
+      const OpKind taker = op.into == "input" ? OpKind::forward : OpKind::backward;
+      const bool full = s.ops.size() >= limits_.max_ops;
+      std::vector<size_t> places;  // when full, the taker must not be the operation dropped
+      for (size_t k = 0; k < s.ops.size(); ++k)
+        if (s.ops[k].kind == taker && (!full || k + 1 < s.ops.size())) places.push_back(k);
+      if (places.empty()) return;
+      const size_t at = element(places);
+      s.ops.insert(s.ops.begin() + static_cast<std::ptrdiff_t>(at), std::move(op));
+      if (full) s.ops.pop_back();
+    }
   }
 
   // A save's tag; a load's tag and options.

@@ -15,7 +15,9 @@
 // - a placement map's owners for some experts;
 // - operations: an initialize first more often than not, then units while Chooser::another()
 //   says so: one operation, a training step (forward, backward, step) or a save with its load
-//   (which sometimes also loads into a world of 1..kMaxDrawnWorld ranks).
+//   (which sometimes also loads into a world of 1..kMaxDrawnWorld ranks);
+// - last (training profile): the ZeRO knobs and precision keys, then overflow protection and up
+//   to two `inject`s, each inserted right before a forward or backward that takes it.
 //
 // Invariants: every drawn scenario passes validate() and stays inside schema::limits. DrawLimits
 // only cut: a fixed world still draws the world (then replaces it) and every later choice's range
