@@ -13,10 +13,14 @@ scenarios/upstream_precision:
      none was left out (a precision the twin does not follow stops it, saying so);
   2. HOLDS hold bit for bit: SGD, Adam with accumulation, an fp32 reduce and accumulation, a
      binding clip, persistent parameters, a save (both consolidations: the 16-bit values and
-     zero_to_fp32's masters);
+     zero_to_fp32's masters), and loads (R10): with the optimizer's states (the saved fp32
+     masters back) and without them (the masters rebuilt from the bf16 parameters, their fp32
+     digits lost);
   3. a gathered edit then a step shows DeepSpeed's documented behaviour (I3, its row: the fp32
-     master does not take the edit), and every I3/I4/I6/I9 root cause is triaged, judged by its
-     rate where it comes and goes (upstream_rates.py);
+     master does not take the edit); load_module_only shows the catalogued bug under bf16 as
+     under fp32, on the same two rows (nothing restored: the masters rebuilt from the unchanged
+     bf16 values are "the value before the load" too); every I3/I4/I6/I9 root cause is triaged,
+     judged by its rate where it comes and goes (upstream_rates.py);
   4. a fault planted in a copy of the tree, the copy of the fp32 master into the bf16 shards
      truncating instead of rounding to nearest even (R9), is caught by I3 in bf16_sgd and located
      at the copy back; the pristine run of the same scenario holds (check 2).
@@ -31,10 +35,14 @@ from upstream_support import (SKIP, Edit, check, judge_new_causes, patched_tree,
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER = os.path.join(HERE, "scenarios", "upstream_precision")
 HOLDS = ["bf16_sgd", "bf16_adam_accumulation_2", "bf16_fp32_reduce_and_accumulation",
-         "bf16_clip_binding", "bf16_persistent_parameters", "bf16_save_then_train"]
+         "bf16_clip_binding", "bf16_persistent_parameters", "bf16_save_then_train",
+         "bf16_adam_save_train_load", "bf16_adam_load_without_optimizer_states"]
 GATHER = ("bf16_gather_edit_then_step",
           "I3 step: the fp32 master before the optimizer step first differs from the dense twin "
           "after a gathered edit")
+MODULE_ONLY = ("bf16_adam_load_module_only", [
+    "I3 load: the parameter's value first differs from the dense twin, not restored by the load: "
+    "deepspeed/runtime/engine.py load_checkpoint()", "I6 load: restores the value before the load"])
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 FAULT, FAULT_SCENARIO = "copy-back-truncates", "bf16_sgd"
 COPY_BACK = ("            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(\n"
@@ -73,6 +81,9 @@ def main():
     name, cause = GATHER
     titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
     check(any(t.startswith(cause) for t in titles), f"{version}: {name} shows {cause!r}: {titles}")
+    name, causes = MODULE_ONLY
+    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
+    check(titles == causes, f"{version}: {name} shows the catalogued load_module_only rows {causes}: {titles}")
     failures, _ = judge_new_causes(summary, triage_rows(),
                                    replayer(zerocheck, common + ["--deepspeed-tree", tree],
                                             [FOLDER], work),

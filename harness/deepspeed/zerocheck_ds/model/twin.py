@@ -407,13 +407,19 @@ class DenseTwin:
         """Loads `snapshot` (of this target): the parameters, and the optimizer's state unless
         `optimizer_states` is false (it then stays as it is). What was accumulated since the last
         step and the micro-step count stay: a load restores neither (DeepSpeed's engine keeps its
-        micro_steps and gradient partitions)."""
+        micro_steps and gradient partitions).
+
+        With 16-bit parameters (R10, docs/deepspeed-precision.md): a load with the optimizer's
+        states restores the saved fp32 masters and rounds them into the parameters
+        (stage3.py _rigid_load_state_dict); one without them loads no ZeRO checkpoint and rebuilds
+        the masters from the 16-bit parameters (`_restore_from_bit16_weights`: engine.py:2814-2821
+        (v0.14.5), :4331-4344 (master)), so the fp32 digits below bf16 are lost."""
         self._pending = []
         with torch.no_grad():
             for name, p in self.params:
                 p.copy_(snapshot["values"][name])
                 if p is not self._masters[name]:
-                    self._masters[name].copy_(snapshot["masters"][name])
+                    self._masters[name].copy_(snapshot["masters"][name] if optimizer_states else p)
         if optimizer_states and self._optimizer is not None:
             self._optimizer.state.clear()
             for name, _ in self.params:

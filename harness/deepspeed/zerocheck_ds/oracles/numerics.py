@@ -337,10 +337,6 @@ class NumericChecks:
             return
         if snapshot is None or path != target_path:
             return self.stop("a load of a checkpoint saved while the twin did not follow")
-        if self._training.precision.mixed:
-            # Which of the fp32 master and the 16-bit values each kind of load restores is not
-            # read from DeepSpeed's code yet (issue 40).
-            return self.stop("a load under 16-bit parameters: not followed yet")
         self._twin_does(lambda: self._twin.restore(
             snapshot, optimizer_states=optimizer_states and not module_only))
         if self._following():  # what each restored field must hold: the twin's after its load
