@@ -108,10 +108,12 @@ def run_forward(replay, x, cursor):
     engine_at_root = root_engine(replay)
     if engine_at_root is not None:
         return replay.adapter.forward(engine_at_root.engine, x, cursor)
-    # The user's own call: the input goes where the model is (an engine may have moved it).
+    # The user's own call: the input goes where the model is and in its dtype, as its user feeds
+    # it (an engine may have moved it, and a bf16 or fp16 engine casts the user's model in place
+    # and leaves it so when it is released).
     first = next(replay.root.parameters(), None)
-    if first is not None and first.device != x.device:
-        x = x.to(first.device)
+    if first is not None and (first.device != x.device or first.dtype != x.dtype):
+        x = x.to(first.device, first.dtype if first.is_floating_point() else x.dtype)
     return run_module(replay.root, x, cursor)
 
 
