@@ -1,5 +1,6 @@
 """Replays in-process: the pass-through engine keeps every invariant; broken engines are caught."""
 
+import json
 import os
 import tempfile
 import unittest
@@ -43,6 +44,22 @@ class PassThroughHoldsEveryInvariant(unittest.TestCase):
         self.assertIn("no module at path '9'", reasons)
         self.assertIn("module '0' parameter 'weight' has no attribute 'partition' to delete", reasons)
         self.assertIn("no engine", reasons)
+
+    def test_a_backward_of_a_loss_that_needs_no_gradient_is_skipped(self):
+        # Every parameter frozen: nothing to back-propagate (SCENARIO_FORMAT.md; the C++
+        # interpreter skips it too), not a RuntimeError of torch's charged to the engine.
+        scenario = {"format": "zerocheck-scenario/2", "world_size": 1, "seed": 3, "features": 1,
+                    "batch": 2, "optimizer": {"kind": "sgd", "lr": 0.1},
+                    "config": {"gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3}},
+                    "tree": [{"kind": "Offset", "shape": [7], "frozen": ["value"]}],
+                    "ops": [{"op": "forward", "route": []}, {"op": "backward"}]}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "frozen.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            result = Replay(load_scenario(path), PassThroughAdapter()).run()
+        self.assertEqual([f.one_line() for f in result.findings], [])
+        self.assertIn("nothing trainable: the loss needs no gradient", skipped_reasons(result))
 
     def test_names_python_reserves_are_skipped_not_written(self):
         run, result = replay("name_collisions", PassThroughAdapter())

@@ -44,6 +44,8 @@ def backward(replay, op):
         return skip(replay, op.op, "backward", "no forward since the last backward")
     loss, live = replay.loss, replay.loss_engine
     replay.loss = None
+    if not loss.requires_grad:  # every parameter it reached is frozen, or it reached none
+        return skip(replay, op.op, "backward", "nothing trainable: the loss needs no gradient")
     through_engine = live is not None and live in replay.live
     if through_engine:
         ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
