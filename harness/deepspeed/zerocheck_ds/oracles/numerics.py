@@ -272,6 +272,8 @@ class NumericChecks:
             self._twin.drop_pending()
 
     def released(self):
+        """Every engine let go of the model: I4 then checks it was given back whole."""
+        self._event = "released"
         if self._twin is not None:
             self._twin.drop_pending()
 
@@ -393,6 +395,8 @@ class NumericChecks:
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
+        if event == "released" and "I4" in self.enabled:
+            findings += self._safely(index, op, "I4", lambda: self._given_back(index, op))
         if not live:
             return findings
         if state is None:
@@ -865,6 +869,27 @@ class NumericChecks:
                 bad("", "optimizer state size", group.partition, numel,
                     f"rank {self.rank}'s optimizer state {field_name!r} holds {numel} elements, "
                     f"not its partition's {group.partition}")
+
+    def _given_back(self, index, op):
+        """I4 after a release: the engine lets go of the model with every parameter whole again
+        (SCENARIO_FORMAT.md, `release`): each holds the elements the scenario gives it."""
+        self.tally.done("I4")
+        numels = {n: p.numel() for n, p in self._reference_model().named_parameters()}
+        findings = []
+        for name, p in self._root.named_parameters():
+            numel, held = numels.get(name), p.data.numel()
+            if numel is None or held == numel:
+                continue
+            writer = self._writer(p, "data")
+            findings.append(Finding(
+                invariant="I4", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2], attribute="given back whole",
+                expected=f"{numel} elements", actual=f"{held} elements",
+                origin={"action": "left", "attribute": "data", "writer": writer} if writer else None,
+                message=f"after op {index} ({op}) parameter {name!r} holds {held} of its {numel} "
+                        f"elements: the release did not give the model back whole"
+                        + (f"; its data was last written by {writer}" if writer else "")))
+        return findings
 
     # ---- I9 -----------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ forward the life cycle's probe runs too.
 import torch.nn.functional as F
 
 from ..model import seeded
-from ..model.tree import RouteCursor, run_module
+from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from .checks import attempt, skip
 
@@ -29,7 +29,7 @@ def forward(replay, op):
         return F.mse_loss(out.float(), target.to(out.device))
 
     replay.loss = None
-    ok, loss = attempt(replay, op.op, forward_and_loss)
+    ok, loss = attempt(replay, op.op, forward_and_loss, lambda: left_without_data(replay))
     engine_at_root = root_engine(replay)
     if ok:
         replay.loss = loss
@@ -50,7 +50,7 @@ def backward(replay, op):
     if through_engine:
         ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
     else:
-        ok, _ = attempt(replay, op.op, loss.backward)
+        ok, _ = attempt(replay, op.op, loss.backward, lambda: left_without_data(replay))
     replay.backward_since_step = replay.backward_since_step or ok
     if replay.numerics is not None:
         replay.numerics.backward(replay.index, ok, through_engine)
@@ -117,6 +117,22 @@ def run_forward(replay, x, cursor):
     if first is not None and (first.device != x.device or first.dtype != x.dtype):
         x = x.to(first.device, first.dtype if first.is_floating_point() else x.dtype)
     return run_module(replay.root, x, cursor)
+
+
+def left_without_data(replay):
+    """Why the user's own forward failed, when an engine's release left the model's parameters
+    without their data (DeepSpeed's destroy() leaves them partitioned): that release (the
+    finding's `after`: its root cause is the release's own I4 one, root_causes.py), or None."""
+    if replay.last_release is None or root_engine(replay) is not None:
+        return None
+    scenario_numels = {n: p.numel() for n, p in build_tree(replay.scenario).root.named_parameters()}
+    empty = [n for n, p in replay.root.named_parameters()
+             if p.numel() < scenario_numels.get(n, 0)]
+    if not empty:
+        return None
+    return {"action": "release", "op_index": replay.last_release, "params": empty,
+            "why": f"the release at op {replay.last_release} left {len(empty)} parameter(s) "
+                   f"without their data, e.g. {empty[0]!r}"}
 
 
 def root_engine(replay):
