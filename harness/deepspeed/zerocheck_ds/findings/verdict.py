@@ -70,6 +70,9 @@ class Finding:
     ranks: list = field(default_factory=list)
     # The upstream code that wrote the attribute (I1, I2) or raised: provenance.Origin.to_json().
     origin: object = None
+    # An operation's failure that follows from what an earlier one left, where no upstream code
+    # raised it: {"action": "release", "op_index", "params", "why"} (replay/training.py).
+    after: object = None
 
     def __post_init__(self):
         assert self.invariant in CHECKED_INVARIANTS + FAILURES, self.invariant

@@ -340,17 +340,20 @@ class DenseTwin:
             return False
         # The optimizer's fp32 gradient (the accumulated one widened: stage3.py:1851-1858
         # (v0.14.5)); what the engine hands its clip (inside.py compares it before the clip).
-        self._reduced = {name: g.float() for name, g in self._reduced.items()}
+        # In fp32 these are the accumulated tensors themselves, which zerocheck's engine keeps
+        # clipped until zero_grad; a 16-bit accumulation stays in its dtype and the clip
+        # multiplies the widened copy, as both engines do.
+        handed = {name: g.float() for name, g in self._reduced.items()}
         used = {name: (g.clone(), self._magnitude.get(name, torch.zeros_like(g)).clone())
-                for name, g in self._reduced.items()}
+                for name, g in handed.items()}
         clipped = {}
         with torch.no_grad():
-            self._clip()
+            self._clip(handed)
             for name, p in self.params:
                 if not p.requires_grad:
                     continue
                 master = self._masters[name]
-                grad = self._reduced.get(name)
+                grad = handed.get(name)
                 if grad is None and self.training.step_without_gradient:
                     grad = torch.zeros_like(master)
                     used[name] = (grad.clone(), torch.zeros_like(master))
@@ -369,13 +372,13 @@ class DenseTwin:
             self._reduced, self._magnitude, self._reductions = {}, {}, 0
         return True
 
-    def _clip(self):
-        """Clips the accumulated gradients in place, as the engine clips its gradient partitions
-        (zerocheck's keep them clipped until zero_grad)."""
+    def _clip(self, gradients):
+        """Clips `gradients` ({name: the fp32 gradient handed to the optimizer}) in place, as
+        the engine clips its gradient partitions."""
         rules = self.training
         if rules.gradient_clipping > 0:
-            clip_gradients([self._reduced[n] for n, p in self.params
-                            if p.requires_grad and n in self._reduced],
+            clip_gradients([gradients[n] for n, p in self.params
+                            if p.requires_grad and n in gradients],
                            rules.gradient_clipping, rules.nonfinite_norm)
 
     def zero_grad(self):
@@ -407,13 +410,19 @@ class DenseTwin:
         """Loads `snapshot` (of this target): the parameters, and the optimizer's state unless
         `optimizer_states` is false (it then stays as it is). What was accumulated since the last
         step and the micro-step count stay: a load restores neither (DeepSpeed's engine keeps its
-        micro_steps and gradient partitions)."""
+        micro_steps and gradient partitions).
+
+        With 16-bit parameters (R10, docs/deepspeed-precision.md): a load with the optimizer's
+        states restores the saved fp32 masters and rounds them into the parameters
+        (stage3.py _rigid_load_state_dict); one without them loads no ZeRO checkpoint and rebuilds
+        the masters from the 16-bit parameters (`_restore_from_bit16_weights`: engine.py:2814-2821
+        (v0.14.5), :4331-4344 (master)), so the fp32 digits below bf16 are lost."""
         self._pending = []
         with torch.no_grad():
             for name, p in self.params:
                 p.copy_(snapshot["values"][name])
                 if p is not self._masters[name]:
-                    self._masters[name].copy_(snapshot["masters"][name])
+                    self._masters[name].copy_(snapshot["masters"][name] if optimizer_states else p)
         if optimizer_states and self._optimizer is not None:
             self._optimizer.state.clear()
             for name, _ in self.params:

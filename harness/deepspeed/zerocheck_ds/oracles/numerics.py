@@ -4,6 +4,10 @@ I3  after every forward, this rank's loss equals the dense twin's loss for its m
     every operation while an engine trains the model, every parameter, assembled from the ranks'
     shards (stage 3) or flat partitions (stages 1, 2) with plain torch.distributed, and every
     copy a rank holds whole, equals the twin's (twin.py, under the engine's training rules).
+    With 16-bit parameters, after every optimizer step at world 2 at most, also each rank's fp32
+    master (read inside the step, inside.py): the bf16 value rounds a master's low digits away,
+    so a wrong accumulation or reduce can leave every value right for steps while the state the
+    optimizer carries forward has already parted (an "fp32 master" finding).
 I4  the partitions hold what the partition model (partition_model.py) says, after the operations
     where DeepSpeed promises it: every shard ceil(n/W) elements, a released parameter holds no
     data, everything partitioned after initialize, after a boundary step the persistent
@@ -268,6 +272,8 @@ class NumericChecks:
             self._twin.drop_pending()
 
     def released(self):
+        """Every engine let go of the model: I4 then checks it was given back whole."""
+        self._event = "released"
         if self._twin is not None:
             self._twin.drop_pending()
 
@@ -337,10 +343,6 @@ class NumericChecks:
             return
         if snapshot is None or path != target_path:
             return self.stop("a load of a checkpoint saved while the twin did not follow")
-        if self._training.precision.mixed:
-            # Which of the fp32 master and the 16-bit values each kind of load restores is not
-            # read from DeepSpeed's code yet (issue 40).
-            return self.stop("a load under 16-bit parameters: not followed yet")
         self._twin_does(lambda: self._twin.restore(
             snapshot, optimizer_states=optimizer_states and not module_only))
         if self._following():  # what each restored field must hold: the twin's after its load
@@ -383,6 +385,7 @@ class NumericChecks:
         mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
                 "plan": plan[0] if plan else None,
                 "inside": self._locate(twin_inside, observed, expected),
+                "masters": self._masters_that_differ(twin_inside, observed, expected),
                 "writers": self._field_writers(objects, live)}
         try:
             everyone = self._exchange.objects(mine)
@@ -392,6 +395,8 @@ class NumericChecks:
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
+        if event == "released" and "I4" in self.enabled:
+            findings += self._safely(index, op, "I4", lambda: self._given_back(index, op))
         if not live:
             return findings
         if state is None:
@@ -413,9 +418,10 @@ class NumericChecks:
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         if "I3" in self.enabled:
+            masters = sorted({name for s in everyone for name in s.get("masters") or ()})
             parity = self._safely(index, op, "I3", lambda: self._parity(
                 index, op, state, self._assemble(state, expected, gathered),
-                stepped=event == "boundary", objects=objects))
+                stepped=event == "boundary", objects=objects, masters=masters))
             findings += parity
             if (not parity and self._located is not None and self._located["op_index"] == index
                     and self._located["function"] == inside.GATHER_FUNCTION):
@@ -533,7 +539,10 @@ class NumericChecks:
             message=f"rank {self.rank}'s loss {mine!r} differs from the dense twin's {twin_loss!r} "
                     f"for its micro-batch")]
 
-    def _parity(self, index, op, state, assembled, stepped=False, objects=None):
+    def _parity(self, index, op, state, assembled, stepped=False, objects=None, masters=()):
+        """I3 findings: each parameter whose value (assembled from the shards, or a whole copy)
+        differs from the twin's; with 16-bit parameters also each whose fp32 master some rank
+        saw differ after a step (`masters`, _masters_that_differ) while its value agrees."""
         if not self._following():
             self.tally.skip("I3", self._stopped or "no engine the twin follows")
             return []
@@ -578,6 +587,17 @@ class NumericChecks:
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
+        differing = {f.module_path + "." + f.param if f.module_path else f.param for f in findings}
+        for name in masters:
+            if name in differing or name not in values:
+                continue
+            findings.append(Finding(
+                invariant="I3", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2], attribute="fp32 master",
+                expected="the dense twin's fp32 master", actual="differs on some rank",
+                origin=self._origin(name, stepped),
+                message=f"parameter {name!r}'s fp32 master differs from the dense twin's after "
+                        f"op {index} ({op}), though its 16-bit value agrees"))
         return findings
 
     # ---- I3's root cause: where inside the operation the engine first parts from the twin --------
@@ -622,6 +642,21 @@ class NumericChecks:
                                       self.world_size, params)
         except Exception:  # noqa: BLE001 - never a finding: the root cause falls back
             return None
+
+    def _masters_that_differ(self, twin_inside, observed, expected):
+        """After a step with 16-bit parameters, the parameters whose fp32 master on this rank
+        differs from the twin's ([]: none, or not compared). Where _locate compares: the twin's
+        bits are the engine's at world 2 at most."""
+        if (twin_inside is None or twin_inside[0] != "step" or observed is None
+                or "I3" not in self.enabled or self.world_size > 2 or not self._following()
+                or not self._training.precision.mixed):
+            return []
+        try:
+            return inside.masters_that_differ(
+                observed, twin_inside[4], self.rank, self.world_size,
+                [(name, numel) for name, _, numel, grad in expected if grad])
+        except Exception:  # noqa: BLE001 - the values are still compared
+            return []
 
     def _first_located(self, index, op, everyone):
         """Keeps the scenario's first place where the engine parts from the twin (the earliest
@@ -834,6 +869,27 @@ class NumericChecks:
                 bad("", "optimizer state size", group.partition, numel,
                     f"rank {self.rank}'s optimizer state {field_name!r} holds {numel} elements, "
                     f"not its partition's {group.partition}")
+
+    def _given_back(self, index, op):
+        """I4 after a release: the engine lets go of the model with every parameter whole again
+        (SCENARIO_FORMAT.md, `release`): each holds the elements the scenario gives it."""
+        self.tally.done("I4")
+        numels = {n: p.numel() for n, p in self._reference_model().named_parameters()}
+        findings = []
+        for name, p in self._root.named_parameters():
+            numel, held = numels.get(name), p.data.numel()
+            if numel is None or held == numel:
+                continue
+            writer = self._writer(p, "data")
+            findings.append(Finding(
+                invariant="I4", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2], attribute="given back whole",
+                expected=f"{numel} elements", actual=f"{held} elements",
+                origin={"action": "left", "attribute": "data", "writer": writer} if writer else None,
+                message=f"after op {index} ({op}) parameter {name!r} holds {held} of its {numel} "
+                        f"elements: the release did not give the model back whole"
+                        + (f"; its data was last written by {writer}" if writer else "")))
+        return findings
 
     # ---- I9 -----------------------------------------------------------------------------------
 

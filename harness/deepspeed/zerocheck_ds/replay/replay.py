@@ -95,6 +95,7 @@ class Replay:
         self.managed = oracles.ManagedObjects()
         self.loss = None
         self.loss_engine = None
+        self.last_release = None  # the op index of the last release or destroy that ran
         self.backward_since_step = False
         self.config = copy.deepcopy(scenario.config)
         if stage is not None:
