@@ -38,6 +38,7 @@ import torch
 
 from ..findings.verdict import NEW_INVARIANTS, Finding, Tally
 from ..model import partition_model, seeded, twin
+from ..model.twin import replaced_first
 from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
@@ -206,8 +207,10 @@ class NumericChecks:
         elif not clean:
             self.stop("a repeated initialize failed or changed the model")
 
-    def forward(self, index, route, loss, through_engine):
-        """A training forward on this rank; `loss` is its loss tensor (None when it raised)."""
+    def forward(self, index, route, loss, through_engine, inputs=None):
+        """A training forward on this rank; `loss` is its loss tensor (None when it raised).
+        `inputs` {rank: value}: the injections this forward consumed (element 0 of that rank's
+        input batch is the value, replay/injection.py)."""
         self._pending_loss = None
         if loss is None:
             return self.stop("a forward raised")
@@ -217,12 +220,17 @@ class NumericChecks:
             return None
         batches = [seeded.micro_batch(self.scenario.seed, index, r, self.scenario.batch,
                                       self.scenario.features) for r in range(self.world_size)]
+        for rank, value in (inputs or {}).items():
+            if rank < len(batches):
+                batches[rank] = (replaced_first(batches[rank][0], value), batches[rank][1])
         losses = self._twin_does(lambda: self._twin.forward(batches, lambda: RouteCursor(route)))
         if losses is not None:
             self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
         return None
 
-    def backward(self, index, ok, through_engine):
+    def backward(self, index, ok, through_engine, losses=None, gradients=None):
+        """A backward on this rank; `losses` {rank: factor} and `gradients` {rank: (name, value)}
+        are the injections it consumed (the twin applies every rank's)."""
         if not ok:
             return self.stop("a backward raised")
         if not through_engine:
@@ -230,7 +238,7 @@ class NumericChecks:
                 self.stop("a backward before any engine: the user's own autograd left .grad")
             return None
         if self._following():
-            reached = self._twin_does(self._twin.backward)
+            reached = self._twin_does(lambda: self._twin.backward(losses, gradients))
             if reached is not None and self._following():
                 self._reached |= reached
                 self._twin_inside = ("backward", dict(self._twin.last_gradients),

@@ -25,6 +25,7 @@ from ..oracles import inert_knobs
 from ..oracles.ledger import AttributeLedger
 from ..scenario import schema
 from . import attributes, checkpoints, checks, lifecycle, training
+from .injection import Injections
 from .trace import Trace
 from .state import ReplayResult, make_optimizer, trainable_parameters
 
@@ -96,6 +97,7 @@ class Replay:
         self.loss = None
         self.loss_engine = None
         self.backward_since_step = False
+        self.injections = Injections()  # the world's armed inject operations (injection.py)
         self.config = copy.deepcopy(scenario.config)
         if stage is not None:
             self.config["zero_optimization"]["stage"] = stage
@@ -111,6 +113,10 @@ class Replay:
         self._make_checks(exchange, disabled)
         self.trace = Trace() if trace else None
         self.knob_seed = knob_seed
+        if scenario.overflow_protection is not None:
+            checks.skip(self, "", "overflow_protection",
+                        "zerocheck's own overflow skip for its engine: DeepSpeed's ZeRO-3 config "
+                        "has no such key (its skip is fp16's), so this replay ignores it")
         if world_size != scenario.world_size:
             checks.skip(self, "", "world size",
                         f"the scenario asks for {scenario.world_size} ranks, replayed on "
