@@ -230,6 +230,30 @@ class DeepSpeedAdapter(Adapter):
                            flat_group_names=[[names.get(id(p), "?") for p in g] for g in groups],
                            optimizer_state_numels=state_numels, steps=steps)
 
+    def overflow_state(self, engine):
+        """I11's view of this rank after a step (oracles/overflow.py): `skipped_steps`,
+        `global_steps`, the reported norm, and which of the weights, fp32 master and optimizer
+        state fields hold a NaN or inf on this rank (a ZeRO-3 partition's padding left out:
+        DeepSpeed allocates it uninitialised)."""
+        rank, names = _rank(), {name for name, _ in engine.module.named_parameters()}
+        kinds = set()
+        for (name, field), (tensor, whole) in self.checkpoint_state(engine).items():
+            t = tensor.detach().reshape(-1)
+            if whole is not None and name in names:
+                # This rank's elements of a partition of `whole`: the padding is the tail.
+                t = t[:max(0, min(t.numel(), whole - rank * t.numel()))]
+            if t.numel() and not bool(torch.isfinite(t.float()).all()):
+                kinds.add({"value": "weights", "master": "fp32 master"}.get(field,
+                                                                           f"optimizer {field}"))
+        if int(engine.zero_optimization_stage()) != 3:
+            for _, p in engine.module.named_parameters():
+                if p.data.numel() and not bool(torch.isfinite(p.data.float()).all()):
+                    kinds.add("weights")
+        norm = engine.get_global_grad_norm()
+        norm = None if norm is None else float(norm)
+        return {"skipped_steps": int(engine.skipped_steps), "global_steps": int(engine.global_steps),
+                "norm": norm, "nonfinite": sorted(kinds)}
+
     # ---- checkpoints (engine.save_checkpoint / engine.load_checkpoint) ------------------------
 
     def save(self, engine, directory, tag):

@@ -43,6 +43,7 @@ from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
 from . import inside
+from .overflow import OverflowChecks
 from .engine_state import StateUnavailable
 
 _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
@@ -110,7 +111,7 @@ class NumericChecks:
     """The I3, I4 and I9 oracles of one replay on one rank."""
 
     def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
-                 tally=None, writers=None):
+                 tally=None, writers=None, config=None, column="master"):
         self.scenario = scenario
         # Who last wrote a field I4 and I9 judge (provenance.Audit: last(obj, name) -> an Origin
         # or None, watch_also(obj)); None: the keys name the rule or field alone.
@@ -121,6 +122,12 @@ class NumericChecks:
         self._make_optimizer = make_optimizer
         self.enabled = set(NEW_INVARIANTS) - set(disabled)
         self.tally = tally if tally is not None else Tally()
+        # I11 (overflow.py): the promise of the version `column` for the replay's `config` (its
+        # stage may be the suite's --stage); it rides on this class's object exchange.
+        self._overflow = None
+        if "I11" in self.enabled:
+            self._overflow = OverflowChecks(scenario, config or scenario.config, rank, world_size,
+                                            column, self.tally)
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None
@@ -128,7 +135,8 @@ class NumericChecks:
         if world_size != scenario.world_size:
             self._stopped = (f"replayed on {world_size} ranks, the scenario has "
                              f"{scenario.world_size}")
-        unfollowed = twin.precision_not_followed(scenario.config, scenario.world_size)
+        # The replay's config: the suite's --stage may have changed the scenario's stage.
+        unfollowed = twin.precision_not_followed(config or scenario.config, scenario.world_size)
         if self._stopped is None and unfollowed:
             self._stopped = (f"the twin does not follow this precision; in effect: "
                              f"{', '.join(unfollowed)}")
@@ -171,6 +179,9 @@ class NumericChecks:
         """A non-repeated initialize created an engine over `target_path`."""
         first = not self._engine_started
         self._engine_started = True
+        if self._overflow is not None:
+            self._overflow.initialized(n for n, p in self._reference_model().named_parameters()
+                                       if p.requires_grad)
         self._micro_steps = 0
         self._reached = set()  # a new engine's first step starts from no gradient
         self._event = "initialized" if first else "reinitialized"
@@ -212,6 +223,8 @@ class NumericChecks:
         `inputs` {rank: value}: the injections this forward consumed (element 0 of that rank's
         input batch is the value, replay/injection.py)."""
         self._pending_loss = None
+        if self._overflow is not None:
+            self._overflow.forward(inputs)
         if loss is None:
             return self.stop("a forward raised")
         if not through_engine or not self._following():
@@ -231,6 +244,17 @@ class NumericChecks:
     def backward(self, index, ok, through_engine, losses=None, gradients=None):
         """A backward on this rank; `losses` {rank: factor} and `gradients` {rank: (name, value)}
         are the injections it consumed (the twin applies every rank's)."""
+        nonfinite = None  # the twin's say: did any rank's gradient hold a NaN or inf
+        try:
+            return self._backward(ok, through_engine, losses, gradients)
+        finally:
+            if self._overflow is not None:
+                if self._following() and self._twin_inside and self._twin_inside[0] == "backward":
+                    nonfinite = any(g is not None and not bool(torch.isfinite(g.float()).all())
+                                    for grads in self._twin_inside[1].values() for g in grads)
+                self._overflow.backward(ok and through_engine, losses, gradients, nonfinite)
+
+    def _backward(self, ok, through_engine, losses, gradients):
         if not ok:
             return self.stop("a backward raised")
         if not through_engine:
@@ -249,6 +273,8 @@ class NumericChecks:
         if not ok:
             return self.stop("a step raised")
         self._micro_steps += 1
+        if self._overflow is not None:
+            self._overflow.step()
         boundary = self._micro_steps % self.scenario.config["gradient_accumulation_steps"] == 0
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
@@ -391,12 +417,17 @@ class NumericChecks:
         mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
                 "plan": plan[0] if plan else None,
                 "inside": self._locate(twin_inside, observed, expected),
-                "writers": self._field_writers(objects, live)}
+                "writers": self._field_writers(objects, live),
+                "overflow": (self._overflow.observation(live, adapter)
+                             if self._overflow is not None else None)}
         try:
             everyone = self._exchange.objects(mine)
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         self._first_located(index, op, [s.get("inside") for s in everyone])
+        if self._overflow is not None:
+            findings += self._safely(index, op, "I11", lambda: self._overflow.judge(
+                index, op, [s.get("overflow") for s in everyone]))
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
@@ -859,9 +890,11 @@ class NumericChecks:
 
     def _agreement(self, index, op, everyone):
         # Where the engine parts from the twin is each rank's own view (I3's), and who wrote a
-        # field says where a disagreement comes from: neither is one itself.
+        # field says where a disagreement comes from: neither is one itself. I11's view is its own
+        # (a rank holds its own partition's non-finite values).
         writers = [s.get("writers") or {} for s in everyone]
-        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers")} for s in everyone]
+        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers", "overflow")}
+                    for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}

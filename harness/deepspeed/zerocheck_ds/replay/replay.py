@@ -24,6 +24,7 @@ from ..oracles import numerics, oracles
 from ..oracles import inert_knobs
 from ..oracles.ledger import AttributeLedger
 from ..scenario import schema
+from ..scenario.config import precision_column
 from . import attributes, checkpoints, checks, lifecycle, training
 from .injection import Injections
 from .trace import Trace
@@ -115,8 +116,8 @@ class Replay:
         self.knob_seed = knob_seed
         if scenario.overflow_protection is not None:
             checks.skip(self, "", "overflow_protection",
-                        "zerocheck's own overflow skip for its engine: DeepSpeed's ZeRO-3 config "
-                        "has no such key (its skip is fp16's), so this replay ignores it")
+                        "an option of the zerocheck engine only; DeepSpeed has no such key (only "
+                        "the fp16 loss scaler skips steps there), so this replay ignores it")
         if world_size != scenario.world_size:
             checks.skip(self, "", "world size",
                         f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -133,7 +134,8 @@ class Replay:
             self.numerics = numerics.NumericChecks(
                 scenario, self.rank, self.world_size, exchange,
                 lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
-                self.tally, writers=self.audit)
+                self.tally, writers=self.audit, config=self.config,
+                column=precision_column(self.adapter.version()))
         self.checkpoints = None
         if exchange is not None and "I6" not in disabled:
             self.checkpoints = checkpoint_checks.CheckpointChecks(self.rank, self.world_size,
