@@ -22,7 +22,11 @@ testing nothing. Then, in one run at world 2 on the copy:
   5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
      in place on rank 1 after a step and after a save; a gather's copy whose other rank's elements
      land on the modifier rank after its edit), gets the keys of the race's rows: those rows hold
-     the keys the race gives, on this DeepSpeed.
+     the keys the race gives, on this DeepSpeed;
+  6. master only (OVERFLOW_FAULTS, replayed with --stage 2: the one overflow skip these CPU lanes
+     can run is master's bf16 ZeRO-1/2 one, `bf16.check_grad_overflow` at its default true): a
+     skipped step not counted in `skipped_steps`, and an overflow check blind to NaN, each caught
+     by I11 alone (the twin does not follow bf16 below stage 3, so I3 is silent by construction).
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
@@ -321,6 +325,23 @@ FAULTS = {
         "master": clip_norm_own_partition("process_group")}),
 }
 CONTROL = "sgd_control"  # no fault: no finding
+# Check 6: faults in the overflow skip of master's ZeRO-1/2 (oracles/overflow.py's promise row
+# "master 1-2 bf16, check_grad_overflow true"), each replayed with --stage 2 and caught by I11
+# alone. v0.14.5 makes no such promise (its stage 1/2 check is fp16's only).
+OVERFLOW_FAULTS = {
+    # The engine skips the step but does not count it (runtime/engine.py, `_take_model_step`).
+    "skipped-step-not-counted": ("I11", "bf16_stage2_gradient_inf_skip_not_counted", [Edit(
+        ENGINE, "            self.skipped_steps += 1\n",
+        f"            if not {planted('skipped-step-not-counted')}:\n"
+        "                self.skipped_steps += 1\n")]),
+    # The overflow check sees infinities only: a NaN gradient is stepped
+    # (runtime/zero/stage_1_and_2.py `_has_inf_or_nan`).
+    "overflow-check-misses-nan": ("I11", "bf16_stage2_loss_nan_check_misses_nan", [Edit(
+        "deepspeed/runtime/zero/stage_1_and_2.py", "        nan = float_x.isnan()\n",
+        "        nan = float_x.isnan()\n"
+        f"        if {planted('overflow-check-misses-nan')}:\n"
+        "            nan = torch.zeros_like(nan)\n")]),
+}
 # Scenarios of faults not replayed again per invariant switched off (the ablation shows each of
 # I3, I4, I6, I9 necessary without them; they only need their own invariant to catch them).
 NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
@@ -430,9 +451,12 @@ def main():
         return SKIP
     zerocheck, python, tree, work, version = args
     edits = [edit for _, _, by_version in FAULTS.values() for edit in by_version[version]]
+    overflow_faults = OVERFLOW_FAULTS if version == "master" else {}
+    edits += [edit for _, _, fault_edits in overflow_faults.values() for edit in fault_edits]
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), edits,
                         f"planted faults ({version})")
-    plant = ",".join(f"{scenario}:{name}" for name, (_, scenario, _) in FAULTS.items())
+    plant = ",".join(f"{scenario}:{name}" for name, (_, scenario, _) in
+                     list(FAULTS.items()) + list(overflow_faults.items()))
     env = dict(os.environ, ZEROCHECK_DS_PLANT=plant)
     scenarios = [os.path.join(SCENARIOS, f"{s}.json") for _, s, _ in FAULTS.values()]
     scenarios.append(os.path.join(SCENARIOS, f"{CONTROL}.json"))
@@ -526,6 +550,19 @@ def main():
     bugs = bug_titles()
     check(len(race) == 4 and all(bugs.get(t) == RACE_BUG for t in race),
           f"the race's look-alikes land on the Gloo all_gather race's rows: {race}")
+    # 6. The overflow skip's faults (master): each caught by I11 alone, at stage 2.
+    if overflow_faults:
+        stage2 = os.path.join(work, "planted-stage2")
+        run(zerocheck, common + ["--stage", "2", "--scenarios",
+                                 *(os.path.join(SCENARIOS, f"{s}.json")
+                                   for _, s, _ in overflow_faults.values()), "--out", stage2],
+            expect=1, env=env)
+        caught = verdicts(stage2)
+        for name, (invariant, scenario, _) in overflow_faults.items():
+            invariants = sorted({f["invariant"] for f in caught[scenario]["findings"]})
+            example = next((f["message"] for f in caught[scenario]["findings"]), "none")
+            check(invariants == [invariant],
+                  f"{name}: caught by {invariant} alone (all: {invariants}); e.g. {example[:200]}")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0
 
