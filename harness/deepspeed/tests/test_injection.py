@@ -105,6 +105,28 @@ class Reader(unittest.TestCase):
         self.assertEqual(parse_scenario(json.dumps(doc)).overflow_protection, {"anything": True})
 
 
+class UsageError(unittest.TestCase):
+    """Through the runner's command line: an invalid inject is bad input, exit 2, its op named."""
+
+    def test_exit_2_naming_the_op_and_value(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, inject, line in (
+                    ("rank", {"op": "inject", "rank": 2, "into": "loss", "value": "nan"},
+                     "$.ops[1].rank: value 2 is out of range [0, 1]"),
+                    ("param", {"op": "inject", "rank": 1, "into": "gradient", "value": "inf",
+                               "param": "0.gain"},
+                     '$.ops[1].param: the tree has no parameter "0.gain"')):
+                with self.subTest(name):
+                    path = os.path.join(tmp, f"{name}.json")
+                    with open(path, "w", encoding="utf-8") as f:
+                        json.dump(scenario([{"op": "initialize"}, inject]), f)
+                    run = support.run_cli(["--scenarios", path, "--out", os.path.join(tmp, "out"),
+                                           "--adapter", "passthrough"])
+                    self.assertEqual(run.returncode, 2, run.stderr)
+                    self.assertIn(f"{path}: {line}", run.stderr)
+
+
 class ParameterNames(unittest.TestCase):
     def test_the_torch_free_names_are_build_trees(self):
         paths = [os.path.join(d, n) for d in (os.path.join(CORPUS, "export"),

@@ -59,6 +59,23 @@ _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PO
                    "ZEROCHECK_DS_REPLY_FD")
 
 
+# Tests only (the upstream overflow ctests): DeepSpeed's CPU accelerator refuses fp16 at
+# initialize (v0.14.5: runtime/engine.py:1071-1072; master: runtime/engine.py:1679,
+# accelerator/cpu_accelerator.py:228-239 where oneDNN lacks fp16); with this variable "1" the
+# adapter says fp16 is supported, as harness/deepspeed/probes/precision/overflow_probe.py's
+# --allow-cpu-fp16 does, so ZeRO's fp16 overflow skip can be judged (I11) on models torch can run
+# in fp16 on CPU.
+ALLOW_CPU_FP16 = "ZEROCHECK_DS_ALLOW_CPU_FP16"
+
+
+def _allow_cpu_fp16():
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    accelerator.is_fp16_supported = lambda: True
+    accelerator.supported_dtypes = lambda: [torch.float, torch.bfloat16, torch.float16]
+
+
 class DeepSpeedAdapter(Adapter):
     name = "deepspeed"
     # DeepSpeed's training loop is forward, backward, step: a step with no backward since the
@@ -77,6 +94,8 @@ class DeepSpeedAdapter(Adapter):
                 f"or use --adapter passthrough or --adapter faulty.") from None
         self._deepspeed = deepspeed
         self._inside = {}  # id(engine) -> its ZeRO-3 capture (zero3_inside.py) or None
+        if os.environ.get(ALLOW_CPU_FP16) == "1":
+            _allow_cpu_fp16()
 
     def version(self):
         return str(getattr(self._deepspeed, "__version__", "unknown"))

@@ -21,9 +21,10 @@ layer's output is NaN, every gradient sums over it) always does, a gradient inje
 its parameter is trainable and outside an MoE's experts (a route may skip those), and an
 infinite input is undecided (tanh(inf) is finite): "not checked" with that reason.
 
-Not checked here: the loss scale (fp16 only, which the suite does not run on CPU) and the clean
-steps after a promised skip against a twin that skipped it (the only promised skips these lanes
-run are master's bf16 ZeRO-1/2 steps, whose numbers the twin does not follow).
+Not checked here: the loss scale (fp16 only), whether a clean fp16 window was skipped (fp16 may
+overflow by itself at the scaler's scale), and the clean steps after a promised skip against a
+twin that skipped it (the promised skips the CPU lanes run are fp16's, let through DeepSpeed's CPU
+refusal by ZEROCHECK_DS_ALLOW_CPU_FP16, and master's bf16 ZeRO-1/2 one: the twin follows neither).
 """
 
 import math
