@@ -114,7 +114,7 @@ class Judge(unittest.TestCase):
     def checks(self, column="master", cfg=None, consumed=(("gradient", math.inf, "0.weight"),),
                twin=None):
         tally = Tally()
-        checks = overflow.OverflowChecks(None, cfg or config("bf16", 2), 0, 2, column, tally)
+        checks = overflow.OverflowChecks(cfg or config("bf16", 2), column, tally)
         checks.initialized(["0.weight"])
         checks.backward(True, {}, {}, twin)
         checks._window = list(consumed)

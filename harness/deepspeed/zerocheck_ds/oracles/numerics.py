@@ -108,7 +108,8 @@ def _digest(tensor):
 
 
 class NumericChecks:
-    """The I3, I4 and I9 oracles of one replay on one rank."""
+    """The I3, I4 and I9 oracles of one replay on one rank, and I11's (overflow.py), whose every
+    rank's view rides on the same object exchange."""
 
     def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
                  tally=None, writers=None, config=None, column="master"):
@@ -126,8 +127,7 @@ class NumericChecks:
         # stage may be the suite's --stage); it rides on this class's object exchange.
         self._overflow = None
         if "I11" in self.enabled:
-            self._overflow = OverflowChecks(scenario, config or scenario.config, rank, world_size,
-                                            column, self.tally)
+            self._overflow = OverflowChecks(config or scenario.config, column, self.tally)
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None

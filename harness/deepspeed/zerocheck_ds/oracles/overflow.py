@@ -145,8 +145,10 @@ class OverflowChecks:
     every rank did with them. Every rank makes the same calls (its observation goes into the
     checks' one object exchange, numerics.py)."""
 
-    def __init__(self, scenario, config, rank, world_size, column, tally):
-        self.rank, self.world_size, self.tally = rank, world_size, tally
+    def __init__(self, config, column, tally):
+        """`config`: the replay's (its stage may be the suite's --stage); `column`: the DeepSpeed
+        version's ("v0.14.5" or "master", scenario/config.py precision_column)."""
+        self.tally = tally
         self.config = config
         self.stage = config["zero_optimization"]["stage"]
         self.row = None
