@@ -223,6 +223,11 @@ class NanEquality(unittest.TestCase):
                 gap = numerics.difference(torch.tensor(expected), torch.tensor(actual))
                 self.assertEqual(gap["differing"], 1)
 
+    def test_the_root_cause_comparison(self):
+        from zerocheck_ds.oracles import inside
+        self.assertTrue(inside._equal(torch.tensor([math.nan, math.inf]), torch.tensor([math.nan, math.inf])))
+        self.assertFalse(inside._equal(torch.tensor([math.nan]), torch.tensor([0.0])))
+
     def test_the_loss_check(self):
         checks = numerics.NumericChecks.__new__(numerics.NumericChecks)
         checks.world_size, checks.rank, checks._located = 1, 0, None
