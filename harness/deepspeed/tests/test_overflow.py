@@ -180,6 +180,22 @@ class Judge(unittest.TestCase):
         checks.step()
         self.assertEqual(self.attributes(checks, [view(1), view(1)]), [])
 
+    def test_the_reported_norm_after_an_applied_step(self):
+        def judged(twin_norm, reported, stage=3, skipped=0, consumed=(("gradient", math.inf, "0.weight"),)):
+            checks, _ = self.checks("v0.14.5", config("fp32", stage), consumed=consumed)
+            checks._twin_norm = twin_norm
+            return self.attributes(checks, [view(skipped, norm=r) for r in reported])
+        self.assertEqual(judged(0.25, [0.25, 0.25 * (1 + 1e-13)]), [])
+        self.assertEqual(judged(0.25, [0.25, 0.2501]), ["reported gradient norm"])
+        self.assertEqual(judged(math.inf, [math.nan, math.nan]), [])  # v0.14.5's NaN sentinel
+        self.assertEqual(judged(math.inf, [1.0, 1.0]), ["reported gradient norm"])  # master's 1.0
+        self.assertEqual(judged(math.inf, [1.0, 1.0], stage=2), [])  # ZeRO-1/2: fp32 norm
+        self.assertEqual(judged(math.inf, [1.0, 1.0], consumed=()), [])  # a clean window: I3's
+        self.assertEqual(judged(None, [1.0, 1.0]), [])  # the twin does not follow
+        checks, _ = self.checks(twin=True)  # a skipped step reports the cached norm
+        checks._twin_norm = math.inf
+        self.assertEqual(self.attributes(checks, [view(1, norm=0.5), view(1, norm=0.5)]), [])
+
     def test_no_view_is_not_checked(self):
         checks, tally = self.checks()
         self.assertEqual(self.attributes(checks, [{"unavailable": "x"}, view(1)]), [])

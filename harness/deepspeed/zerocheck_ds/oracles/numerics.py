@@ -32,6 +32,7 @@ never as a finding about the engine.
 
 import hashlib
 import inspect
+import math
 import traceback
 
 import torch
@@ -141,6 +142,7 @@ class NumericChecks:
             self._stopped = (f"the twin does not follow this precision; in effect: "
                              f"{', '.join(unfollowed)}")
         self._engine_started = False  # an engine was created (the first one: I4 after initialize)
+        self._parted = False  # I3 saw the engine part from the twin (its numbers no oracle's now)
         self._user_optimizer_wrapped = False
         self._micro_steps = 0
         self._boundaries = 0  # optimizer steps so far, every engine's
@@ -273,17 +275,19 @@ class NumericChecks:
         if not ok:
             return self.stop("a step raised")
         self._micro_steps += 1
-        if self._overflow is not None:
-            self._overflow.step()
         boundary = self._micro_steps % self.scenario.config["gradient_accumulation_steps"] == 0
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
+        norm = None  # the twin's 2-norm of the gradients its optimizer stepped with (I11)
         if self._following():
             before = self._twin.masters()  # the fp32 masters the optimizer steps
             if self._twin_does(self._twin.step):
                 used = {name: grad for name, (grad, _) in self._twin.last_step[0].items()}
                 after = self._twin.masters()
                 self._twin_inside = ("step", used, dict(self._twin.last_clipped), before, after)
+                norm = math.sqrt(sum(float(g.double().norm(2)) ** 2 for g in used.values()))
+        if self._overflow is not None:
+            self._overflow.step(norm if self._following() and not self._parted else None)
         if boundary:
             self._with_gradient, self._reached = self._reached, set()
         return None
@@ -396,6 +400,7 @@ class NumericChecks:
         findings = []
         if pending_loss is not None and "I3" in self.enabled:
             findings += self._loss_check(index, op, *pending_loss)
+            self._parted = self._parted or bool(findings)
         state, unavailable = None, None
         if len(live) == 1:
             try:
@@ -456,6 +461,7 @@ class NumericChecks:
                 index, op, state, self._assemble(state, expected, gathered),
                 stepped=event == "boundary", objects=objects))
             findings += parity
+            self._parted = self._parted or bool(parity)
             if (not parity and self._located is not None and self._located["op_index"] == index
                     and self._located["function"] == inside.GATHER_FUNCTION):
                 # A gather's copy that differed but left the values right (its late data landed
