@@ -11,6 +11,7 @@ import types
 import unittest
 
 from zerocheck_ds.findings.verdict import Tally
+from zerocheck_ds.model.loss_scale import LossScaleModel
 from zerocheck_ds.oracles import overflow
 
 from . import support
@@ -93,6 +94,36 @@ class PromiseTable(unittest.TestCase):
                     self.assertIn(words, f.read().splitlines()[line - 1])
 
 
+class LossScale(unittest.TestCase):
+    """model/loss_scale.py against what docs/deepspeed-precision.md measured on both versions."""
+
+    def scales(self, column, fp16, overflows):
+        model = LossScaleModel.of({"fp16": dict({"enabled": True}, **fp16)}, column)
+        out = []
+        for overflow in overflows:
+            model.update(overflow)
+            out.append("raise" if model.raised else model.scale)
+        return out
+
+    def test_the_start(self):
+        self.assertEqual(self.scales("v0.14.5", {}, [True]), [2.0 ** 31])  # 2**32, hysteresis 1
+        self.assertEqual(self.scales("v0.14.5", {"hysteresis": 2}, [True]), [65536.0])
+        self.assertEqual(self.scales("master", {}, [True, True]), [65536.0, 32768.0])
+        self.assertEqual(self.scales("master", {"loss_scale": 8}, [True, False]), [8.0, 8.0])
+
+    def test_doubling_point_per_version(self):
+        # Measured: window 2, start 16: v0.14.5 doubles at step 1, master at step 2.
+        fp16 = {"initial_scale_power": 4, "loss_scale_window": 2}
+        self.assertEqual(self.scales("v0.14.5", fp16, [False, False, False]), [16.0, 32.0, 32.0])
+        self.assertEqual(self.scales("master", fp16, [False, False, False]), [16.0, 16.0, 32.0])
+
+    def test_hysteresis_and_the_minimum(self):
+        fp16 = {"initial_scale_power": 4, "hysteresis": 2, "min_loss_scale": 8}
+        self.assertEqual(self.scales("master", fp16, [True, True, True]), [16.0, 8.0, "raise"])
+        fp16 = dict(fp16, consecutive_hysteresis=True, min_loss_scale=1)
+        self.assertEqual(self.scales("master", fp16, [True, False, True]), [16.0, 16.0, 16.0])
+
+
 class ScenarioSays(unittest.TestCase):
     def test_rules(self):
         says = overflow._scenario_says
@@ -106,8 +137,9 @@ class ScenarioSays(unittest.TestCase):
         self.assertIs(says([], trainable), False)
 
 
-def view(skipped, nonfinite=(), norm=0.5):
-    return {"skipped_steps": skipped, "global_steps": 1, "norm": norm, "nonfinite": list(nonfinite)}
+def view(skipped, nonfinite=(), norm=0.5, scale=None):
+    return {"skipped_steps": skipped, "global_steps": 1, "norm": norm, "nonfinite": list(nonfinite),
+            "loss_scale": scale}
 
 
 class Judge(unittest.TestCase):
@@ -195,6 +227,15 @@ class Judge(unittest.TestCase):
         checks, _ = self.checks(twin=True)  # a skipped step reports the cached norm
         checks._twin_norm = math.inf
         self.assertEqual(self.attributes(checks, [view(1, norm=0.5), view(1, norm=0.5)]), [])
+
+    def test_the_fp16_loss_scale(self):
+        cfg = config("fp16")
+        cfg["fp16"].update(initial_scale_power=4, hysteresis=1)
+        checks, _ = self.checks("master", cfg)
+        self.assertEqual(self.attributes(checks, [view(1, scale=8.0), view(1, scale=8.0)]), [])
+        checks, _ = self.checks("master", cfg)
+        self.assertEqual(self.attributes(checks, [view(1, scale=16.0), view(1, scale=8.0)]),
+                         ["loss scale"])
 
     def test_no_view_is_not_checked(self):
         checks, tally = self.checks()

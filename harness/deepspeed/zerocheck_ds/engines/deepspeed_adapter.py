@@ -251,7 +251,7 @@ class DeepSpeedAdapter(Adapter):
 
     def overflow_state(self, engine):
         """I11's view of this rank after a step (oracles/overflow.py): `skipped_steps`,
-        `global_steps`, the reported norm, and which of the weights, fp32 master and optimizer
+        `global_steps`, the reported norm, the optimizer's loss scale, and which of the weights, fp32 master and optimizer
         state fields hold a NaN or inf on this rank (a ZeRO-3 partition's padding left out:
         DeepSpeed allocates it uninitialised)."""
         rank, names = _rank(), {name for name, _ in engine.module.named_parameters()}
@@ -270,8 +270,10 @@ class DeepSpeedAdapter(Adapter):
                     kinds.add("weights")
         norm = engine.get_global_grad_norm()
         norm = None if norm is None else float(norm)
+        scale = getattr(getattr(engine, "optimizer", None), "loss_scale", None)
         return {"skipped_steps": int(engine.skipped_steps), "global_steps": int(engine.global_steps),
-                "norm": norm, "nonfinite": sorted(kinds)}
+                "norm": norm, "nonfinite": sorted(kinds),
+                "loss_scale": None if scale is None else float(scale)}
 
     # ---- checkpoints (engine.save_checkpoint / engine.load_checkpoint) ------------------------
 

@@ -30,8 +30,12 @@ layer's output is NaN, every gradient sums over it) always does, a gradient inje
 its parameter is trainable and outside an MoE's experts (a route may skip those), and an
 infinite input is undecided (tanh(inf) is finite): "not checked" with that reason.
 
-Not checked here: the loss scale (fp16 only), whether a clean fp16 window was skipped (fp16 may
-overflow by itself at the scaler's scale), and the clean steps after a promised skip against a
+The fp16 loss scale: after every step, every rank's scale must be what DeepSpeed's scaler rules
+give (model/loss_scale.py, per version) from the steps' overflows: the scenario's where it
+decides them (an injected window), else the skip the ranks agree on (a clean fp16 window may
+overflow by itself at the scaler's scale, which no twin here computes).
+
+Not checked here: whether a clean fp16 window was skipped (fp16 may overflow by itself), and the clean steps after a promised skip against a
 twin that skipped it (the promised skips the CPU lanes run are fp16's, let through DeepSpeed's CPU
 refusal by ZEROCHECK_DS_ALLOW_CPU_FP16, and master's bf16 ZeRO-1/2 one: the twin follows neither).
 """
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from ..findings.verdict import Finding
+from ..model.loss_scale import LossScaleModel
 from ..scenario import schema
 
 INVARIANT = schema.some("invariants", "I11")[0]
@@ -174,6 +179,9 @@ class OverflowChecks:
         except KeyError:
             self.promise = None
         self._gas = config["gradient_accumulation_steps"]
+        # fp16's loss scale as DeepSpeed's scaler must move it (None: no fp16, or no longer
+        # predictable: the ranks disagreed on a skip, or DeepSpeed raised at the minimum).
+        self._scale = LossScaleModel.of(config, column) if config_dtype(config) == "fp16" else None
         self._trainable = set()
         self._pending_inputs = []  # the last forward's consumed input injections
         self._window = []  # (into, value, param) consumed by backwards since the last boundary
@@ -267,6 +275,7 @@ class OverflowChecks:
                 index, op, "skipped on some ranks only", "every rank or none", f"ranks {on}",
                 f"the step was skipped on ranks {on} only (skipped_steps went from {before} to "
                 f"{counts})"))
+        findings += self._loss_scale(index, op, nonfinite, on, everyone)
         if not self.promise.skips:
             if window or on:
                 self.tally.skip(INVARIANT, self._never_promised(window, on, everyone))
@@ -299,6 +308,34 @@ class OverflowChecks:
                 index, op, "skipped a clean step", "no skip", f"ranks {on}",
                 f"no gradient of this window holds a NaN or inf, yet ranks {on} skipped it"))
         return findings
+
+    def _loss_scale(self, index, op, nonfinite, on, everyone):
+        """fp16: every rank's scale after this step against the scaler's rules."""
+        if self._scale is None:
+            return []
+        if nonfinite:
+            overflow = True
+        elif on and len(on) != len(everyone):
+            self._scale = None
+            self.tally.skip(INVARIANT, "the loss scale: no longer predicted after ranks "
+                                       "disagreed on a skip")
+            return []
+        else:
+            overflow = bool(on)  # the skip every rank agrees on
+        self._scale.update(overflow)
+        if self._scale.raised:
+            self._scale = None  # DeepSpeed raised: the step's own finding
+            return []
+        expected = self._scale.scale
+        wrong = {str(r): o.get("loss_scale") for r, o in enumerate(everyone)
+                 if o.get("loss_scale") != expected}
+        if not wrong:
+            return []
+        return [self._finding(
+            index, op, "loss scale", expected, wrong,
+            f"after this step the fp16 loss scale is {wrong} where DeepSpeed's scaler rules "
+            f"give {expected:g} (runtime/fp16/loss_scaler.py `update_scale`, "
+            f"model/loss_scale.py)")]
 
     def _norm(self, index, op, on, everyone):
         """NORM_PROMISE after a ZeRO-3 step applied on every rank, against the twin's norm."""
