@@ -239,6 +239,16 @@ class Judge(unittest.TestCase):
         self.assertEqual(self.attributes(checks, [view(1, scale=16.0), view(1, scale=8.0)]),
                          ["loss scale"])
 
+    def test_a_load_restores_the_count(self):
+        checks, tally = self.checks()
+        checks.loaded()
+        self.assertEqual(self.attributes(checks, [view(0), view(0)]), [])  # not 1: the baseline
+        self.assertIn("restored by a load", next(iter(tally.not_checked["I11"])))
+        checks.backward(True, {}, {}, None)
+        checks._window = [("loss", math.nan, "")]
+        checks.step()
+        self.assertEqual(self.attributes(checks, [view(1), view(1)]), [])
+
     def test_no_view_is_not_checked(self):
         checks, tally = self.checks()
         self.assertEqual(self.attributes(checks, [{"unavailable": "x"}, view(1)]), [])

@@ -369,6 +369,8 @@ class NumericChecks:
 
     def loaded(self, tag, target_path, optimizer_states, module_only):
         """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        if self._overflow is not None:
+            self._overflow.loaded()
         path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
                                                   (None, None))
         if not self._following():

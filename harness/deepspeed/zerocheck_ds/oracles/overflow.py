@@ -206,6 +206,13 @@ class OverflowChecks:
         self._twin_nonfinite, self._twin_followed, self._skipped = None, True, None
         self._twin_diverged = False
 
+    def loaded(self):
+        """A load restores `skipped_steps` from the checkpoint (runtime/engine.py:2960 (v0.14.5),
+        :4593 (master)) and the scaler's state: the next step's count and scale are not judged,
+        they become the new baseline."""
+        self._skipped = "restored by a load"
+        self._scale = None
+
     def forward(self, inputs):
         self._pending_inputs = [("input", v, "") for v in (inputs or {}).values()]
 
@@ -259,6 +266,11 @@ class OverflowChecks:
             self.tally.skip(INVARIANT, f"no promise read for ZeRO stage {self.stage}")
             return []
         counts = [o["skipped_steps"] for o in everyone]
+        if isinstance(self._skipped, str):  # restored by a load: this step is the new baseline
+            self._skipped = counts
+            self.tally.skip(INVARIANT, "skipped_steps restored by a load: the step after it is "
+                                       "the new baseline")
+            return []
         before = self._skipped or [0] * len(counts)
         self._skipped = counts
         skipped = [c - b for c, b in zip(counts, before)]
