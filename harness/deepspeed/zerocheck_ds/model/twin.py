@@ -147,6 +147,15 @@ def precision_not_followed(config, world_size=1):
     return tuple(keys)
 
 
+def replaced_first(tensor, value):
+    """A copy of `tensor` whose flat element 0 is `value` (an empty tensor stays as it is): what
+    an injection does to an input batch or a gradient (replay/injection.py)."""
+    out = tensor.clone()
+    if out.numel():
+        out.view(-1)[0] = value
+    return out
+
+
 def reduce_gradients(grads, world_size, divide_before_sum):
     """Reduces per-rank gradients (None: the rank had none) in rank order: sum_r fl(g_r / N)
     (DeepSpeed) or fl(sum_r g_r) / N (zerocheck, plain PyTorch); None where no rank had one. A
@@ -293,20 +302,33 @@ class DenseTwin:
     def drop_pending(self):
         self._pending = []
 
-    def backward(self):
-        """Back-propagates every rank's pending loss; returns the names that got a gradient."""
+    def backward(self, loss_factors=None, gradient_edits=None):
+        """Back-propagates every rank's pending loss; returns the names that got a gradient.
+
+        Injections (replay/injection.py): `loss_factors` {rank: value} multiplies that rank's
+        loss before the engine's scaling (the user's loss); `gradient_edits` {rank: (name,
+        value)} replaces element 0 of that rank's gradient of `name` before any reduction. Their
+        non-finite values then flow as the engine's arithmetic carries them: no skip."""
         pending, self._pending = self._pending, []
+        loss_factors, gradient_edits = loss_factors or {}, gradient_edits or {}
         names = [n for n, p in self.params if p.requires_grad]
         tensors = [p for _, p in self.params if p.requires_grad]
         if not pending or not tensors or not pending[0].requires_grad:
             return set()
         per_rank = []
-        for loss in pending:
+        for rank, loss in enumerate(pending):
+            if rank in loss_factors:
+                loss = loss * loss_factors[rank]
             if self.training.gas_scaling == "loss" and self.accumulation_steps > 1:
                 # v0.14.5 divides the loss in fp32 (runtime/engine.py:1986-1987): a bf16 loss's
                 # gradient is fp32(1 / GAS) rounded to bf16, not 1 / GAS in bf16.
                 loss = loss.float() / self.accumulation_steps
-            per_rank.append(torch.autograd.grad(loss, tensors, allow_unused=True))
+            grads = list(torch.autograd.grad(loss, tensors, allow_unused=True))
+            edit = gradient_edits.get(rank)
+            if edit is not None and edit[0] in names and grads[names.index(edit[0])] is not None:
+                i = names.index(edit[0])
+                grads[i] = replaced_first(grads[i], edit[1])
+            per_rank.append(grads)
         reached = set()
         self.last_gradients = {}
         for i, name in enumerate(names):

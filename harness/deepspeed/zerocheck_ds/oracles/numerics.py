@@ -36,16 +36,19 @@ never as a finding about the engine.
 
 import hashlib
 import inspect
+import math
 import traceback
 
 import torch
 
 from ..findings.verdict import NEW_INVARIANTS, Finding, Tally
 from ..model import partition_model, seeded, twin
+from ..model.twin import replaced_first
 from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
 from . import inside
+from .overflow import OverflowChecks
 from .engine_state import StateUnavailable
 
 _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
@@ -110,10 +113,11 @@ def _digest(tensor):
 
 
 class NumericChecks:
-    """The I3, I4 and I9 oracles of one replay on one rank."""
+    """The I3, I4 and I9 oracles of one replay on one rank, and I11's (overflow.py), whose every
+    rank's view rides on the same object exchange."""
 
     def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
-                 tally=None, writers=None):
+                 tally=None, writers=None, config=None, column="master"):
         self.scenario = scenario
         # Who last wrote a field I4 and I9 judge (provenance.Audit: last(obj, name) -> an Origin
         # or None, watch_also(obj)); None: the keys name the rule or field alone.
@@ -124,6 +128,11 @@ class NumericChecks:
         self._make_optimizer = make_optimizer
         self.enabled = set(NEW_INVARIANTS) - set(disabled)
         self.tally = tally if tally is not None else Tally()
+        # I11 (overflow.py): the promise of the version `column` for the replay's `config` (its
+        # stage may be the suite's --stage); it rides on this class's object exchange.
+        self._overflow = None
+        if "I11" in self.enabled:
+            self._overflow = OverflowChecks(config or scenario.config, column, self.tally)
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None
@@ -131,11 +140,13 @@ class NumericChecks:
         if world_size != scenario.world_size:
             self._stopped = (f"replayed on {world_size} ranks, the scenario has "
                              f"{scenario.world_size}")
-        unfollowed = twin.precision_not_followed(scenario.config, scenario.world_size)
+        # The replay's config: the suite's --stage may have changed the scenario's stage.
+        unfollowed = twin.precision_not_followed(config or scenario.config, scenario.world_size)
         if self._stopped is None and unfollowed:
             self._stopped = (f"the twin does not follow this precision; in effect: "
                              f"{', '.join(unfollowed)}")
         self._engine_started = False  # an engine was created (the first one: I4 after initialize)
+        self._parted = False  # I3 saw the engine part from the twin (its numbers no oracle's now)
         self._user_optimizer_wrapped = False
         self._micro_steps = 0
         self._boundaries = 0  # optimizer steps so far, every engine's
@@ -174,6 +185,9 @@ class NumericChecks:
         """A non-repeated initialize created an engine over `target_path`."""
         first = not self._engine_started
         self._engine_started = True
+        if self._overflow is not None:
+            self._overflow.initialized(n for n, p in self._reference_model().named_parameters()
+                                       if p.requires_grad)
         self._micro_steps = 0
         self._reached = set()  # a new engine's first step starts from no gradient
         self._event = "initialized" if first else "reinitialized"
@@ -210,9 +224,13 @@ class NumericChecks:
         elif not clean:
             self.stop("a repeated initialize failed or changed the model")
 
-    def forward(self, index, route, loss, through_engine):
-        """A training forward on this rank; `loss` is its loss tensor (None when it raised)."""
+    def forward(self, index, route, loss, through_engine, inputs=None):
+        """A training forward on this rank; `loss` is its loss tensor (None when it raised).
+        `inputs` {rank: value}: the injections this forward consumed (element 0 of that rank's
+        input batch is the value, replay/injection.py)."""
         self._pending_loss = None
+        if self._overflow is not None:
+            self._overflow.forward(inputs)
         if loss is None:
             return self.stop("a forward raised")
         if not through_engine or not self._following():
@@ -221,12 +239,28 @@ class NumericChecks:
             return None
         batches = [seeded.micro_batch(self.scenario.seed, index, r, self.scenario.batch,
                                       self.scenario.features) for r in range(self.world_size)]
+        for rank, value in (inputs or {}).items():
+            if rank < len(batches):
+                batches[rank] = (replaced_first(batches[rank][0], value), batches[rank][1])
         losses = self._twin_does(lambda: self._twin.forward(batches, lambda: RouteCursor(route)))
         if losses is not None:
             self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
         return None
 
-    def backward(self, index, ok, through_engine):
+    def backward(self, index, ok, through_engine, losses=None, gradients=None):
+        """A backward on this rank; `losses` {rank: factor} and `gradients` {rank: (name, value)}
+        are the injections it consumed (the twin applies every rank's)."""
+        nonfinite = None  # the twin's say: did any rank's gradient hold a NaN or inf
+        try:
+            return self._backward(ok, through_engine, losses, gradients)
+        finally:
+            if self._overflow is not None:
+                if self._following() and self._twin_inside and self._twin_inside[0] == "backward":
+                    nonfinite = any(g is not None and not bool(torch.isfinite(g.float()).all())
+                                    for grads in self._twin_inside[1].values() for g in grads)
+                self._overflow.backward(ok and through_engine, losses, gradients, nonfinite)
+
+    def _backward(self, ok, through_engine, losses, gradients):
         if not ok:
             return self.stop("a backward raised")
         if not through_engine:
@@ -234,7 +268,7 @@ class NumericChecks:
                 self.stop("a backward before any engine: the user's own autograd left .grad")
             return None
         if self._following():
-            reached = self._twin_does(self._twin.backward)
+            reached = self._twin_does(lambda: self._twin.backward(losses, gradients))
             if reached is not None and self._following():
                 self._reached |= reached
                 self._twin_inside = ("backward", dict(self._twin.last_gradients),
@@ -248,12 +282,16 @@ class NumericChecks:
         boundary = self._micro_steps % self.scenario.config["gradient_accumulation_steps"] == 0
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
+        norm = None  # the twin's 2-norm of the gradients its optimizer stepped with (I11)
         if self._following():
             before = self._twin.masters()  # the fp32 masters the optimizer steps
             if self._twin_does(self._twin.step):
                 used = {name: grad for name, (grad, _) in self._twin.last_step[0].items()}
                 after = self._twin.masters()
                 self._twin_inside = ("step", used, dict(self._twin.last_clipped), before, after)
+                norm = math.sqrt(sum(float(g.double().norm(2)) ** 2 for g in used.values()))
+        if self._overflow is not None:
+            self._overflow.step(norm if self._following() and not self._parted else None)
         if boundary:
             self._with_gradient, self._reached = self._reached, set()
         return None
@@ -337,6 +375,8 @@ class NumericChecks:
 
     def loaded(self, tag, target_path, optimizer_states, module_only):
         """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        if self._overflow is not None:
+            self._overflow.loaded()
         path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
                                                   (None, None))
         if not self._following():
@@ -364,6 +404,7 @@ class NumericChecks:
         findings = []
         if pending_loss is not None and "I3" in self.enabled:
             findings += self._loss_check(index, op, *pending_loss)
+            self._parted = self._parted or bool(findings)
         state, unavailable = None, None
         if len(live) == 1:
             try:
@@ -386,12 +427,17 @@ class NumericChecks:
                 "plan": plan[0] if plan else None,
                 "inside": self._locate(twin_inside, observed, expected),
                 "masters": self._masters_that_differ(twin_inside, observed, expected),
-                "writers": self._field_writers(objects, live)}
+                "writers": self._field_writers(objects, live),
+                "overflow": (self._overflow.observation(live, adapter)
+                             if self._overflow is not None else None)}
         try:
             everyone = self._exchange.objects(mine)
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         self._first_located(index, op, [s.get("inside") for s in everyone])
+        if self._overflow is not None:
+            findings += self._safely(index, op, "I11", lambda: self._overflow.judge(
+                index, op, [s.get("overflow") for s in everyone]))
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
@@ -423,6 +469,7 @@ class NumericChecks:
                 index, op, state, self._assemble(state, expected, gathered),
                 stepped=event == "boundary", objects=objects, masters=masters))
             findings += parity
+            self._parted = self._parted or bool(parity)
             if (not parity and self._located is not None and self._located["op_index"] == index
                     and self._located["function"] == inside.GATHER_FUNCTION):
                 # A gather's copy that differed but left the values right (its late data landed
@@ -907,9 +954,11 @@ class NumericChecks:
 
     def _agreement(self, index, op, everyone):
         # Where the engine parts from the twin is each rank's own view (I3's), and who wrote a
-        # field says where a disagreement comes from: neither is one itself.
+        # field says where a disagreement comes from: neither is one itself. I11's view is its own
+        # (a rank holds its own partition's non-finite values).
         writers = [s.get("writers") or {} for s in everyone]
-        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers")} for s in everyone]
+        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers", "overflow")}
+                    for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}

@@ -1,10 +1,11 @@
-"""The training operations of the replay: forward, backward, step, zero_grad, gather.
+"""The training operations of the replay: forward, backward, step, zero_grad, gather, inject.
 
 Each takes the replay (replay.Replay) and the operation. Forward routing: through the engine
 that manages the root if there is one, else through the user's model directly (engines on
 submodules still see their part of the call). Backward goes through the engine the forward used
 (or the first live engine); step and zero_grad go to every live engine. `run_forward` is the
-forward the life cycle's probe runs too.
+forward the life cycle's probe runs too. An inject arms a non-finite value (injection.py) that
+the next forward (input) or backward (loss, gradient) applies on its rank.
 """
 
 import torch.nn.functional as F
@@ -13,13 +14,22 @@ from ..model import seeded
 from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from .checks import attempt, skip
+from .injection import gradient_hook, replaced_first
 
 # This family's operations, each the function of its name (replay.py dispatches to them).
-OPERATIONS = schema.some("ops", "forward", "backward", "step", "zero_grad", "gather")
+OPERATIONS = schema.some("ops", "forward", "backward", "step", "zero_grad", "gather", "inject")
+
+
+def inject(replay, op):
+    """Arms the injection on its rank (every rank keeps the world's arming: the twin's)."""
+    replay.injections.arm(op)
 
 
 def forward(replay, op):
     x, target = _batch(replay)
+    inputs = replay.injections.take_inputs()
+    if replay.rank in inputs:
+        x = replaced_first(x, inputs[replay.rank])
     cursor = RouteCursor(op.route)
 
     def forward_and_loss():
@@ -36,7 +46,7 @@ def forward(replay, op):
         replay.loss_engine = engine_at_root or (replay.live[0] if replay.live else None)
     if replay.numerics is not None:
         replay.numerics.forward(replay.index, op.route, loss if ok else None,
-                                through_engine=engine_at_root is not None)
+                                through_engine=engine_at_root is not None, inputs=inputs)
 
 
 def backward(replay, op):
@@ -47,13 +57,25 @@ def backward(replay, op):
     if not loss.requires_grad:  # every parameter it reached is frozen, or it reached none
         return skip(replay, op.op, "backward", "nothing trainable: the loss needs no gradient")
     through_engine = live is not None and live in replay.live
-    if through_engine:
-        ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
-    else:
-        ok, _ = attempt(replay, op.op, loss.backward, lambda: left_without_data(replay))
+    losses, gradients = replay.injections.take_backward()
+    if replay.rank in losses:
+        loss = loss * losses[replay.rank]  # the user's loss, before the engine scales it
+    hook = None
+    if replay.rank in gradients:
+        name, value = gradients[replay.rank]
+        hook = gradient_hook(replay.root.get_parameter(name), value)
+    try:
+        if through_engine:
+            ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
+        else:
+            ok, _ = attempt(replay, op.op, loss.backward, lambda: left_without_data(replay))
+    finally:
+        if hook is not None:
+            hook.remove()
     replay.backward_since_step = replay.backward_since_step or ok
     if replay.numerics is not None:
-        replay.numerics.backward(replay.index, ok, through_engine)
+        replay.numerics.backward(replay.index, ok, through_engine, losses=losses,
+                                 gradients=gradients)
 
 
 def step(replay, op):
