@@ -4,20 +4,21 @@
 //   forward, per module call: an unplaced module all-gathers each partitioned parameter it
 //   registers unless already whole (c*N elements), all of them in one collective (DeepSpeed's
 //   fetch_sub_module: one all_gather_coalesced per fetch, engine/coalesced_gather.h), and
-//   releases them after its forward; an MoE
-//   first agrees on the expert choice (all-to-all of 2 per rank when N > 1); a placed module's
-//   call (N > 1) is three all-to-alls: metadata (3 per rank), the input and the reply (rows*features
-//   per rank each); modules inside it run whole on the owner, with no collectives.
+//   releases them after its forward; an MoE first agrees on the expert choice (all-to-all of 2
+//   per rank when N > 1); a placed module's call (N > 1) is three all-to-alls: metadata (3 per
+//   rank), the input and the reply (rows*features per rank each); modules inside it run whole on
+//   the owner, with no collectives.
 //   backward: each partitioned parameter of a module whose output needs a gradient is gathered
 //   again, once, by the first of its modules whose backward the twin's autograd runs, one
-//   collective per module backward that gathers anything; a trainable partitioned parameter that got a gradient is reduce-scattered (c*N),
-//   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); the
-//   reduce-scatters go by gradient bucket, one collective per bucket: DeepSpeed ZeRO-3's rule
-//   (stage3.py reduce_independent_p_g_buckets_and_remove_grads) over the partitioned gradients in
-//   the order the twin's autograd made them ready, a gradient of n elements flushing a bucket
-//   that holds e > 0 elements when e + n > reduce_bucket_size, and what is left flushed at the
-//   end (persistent gradients, all-reduced, join no bucket); each placed call
-//   sends the output gradient and the input gradient back (two all-to-alls of rows*features).
+//   collective per module backward that gathers anything; a trainable partitioned parameter
+//   that got a gradient is reduce-scattered (c*N), a persistent one all-reduced (2*c*N: a
+//   padded reduce-scatter plus all-gather); the reduce-scatters go by gradient bucket, one
+//   collective per bucket: DeepSpeed ZeRO-3's rule (stage3.py
+//   reduce_independent_p_g_buckets_and_remove_grads) over the partitioned gradients in the order
+//   the twin's autograd made them ready, a gradient of n elements flushing a bucket that holds
+//   e > 0 elements when e + n > reduce_bucket_size, and what is left flushed at the end
+//   (persistent gradients, all-reduced, join no bucket); each placed call sends the output
+//   gradient and the input gradient back (two all-to-alls of rows*features).
 //   step: at an accumulation boundary with gradient_clipping set, the squared gradient norm is
 //   all-reduced (one double, 2*N counted; step_traffic).
 //   Nothing else moves: a model without placed modules or MoE layers all-to-alls nothing, and no
