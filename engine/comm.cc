@@ -76,6 +76,7 @@ void Comm::all_gather(const at::Tensor& shard, at::Tensor& out) {
                            std::to_string(shard.numel() * world_size()));
   enter("all_gather");
   ++stats_.collectives;
+  ++stats_.all_gathers;
   stats_.all_gather_elements += out.numel();
   if (out.numel() == 0) return;
   do_all_gather(shard.contiguous(), out);

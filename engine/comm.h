@@ -10,7 +10,9 @@
 // output (c*N), reduce_scatter its input (c*N), all_reduce 2*c*N for n elements (a padded
 // reduce-scatter followed by an all-gather), all_to_all its input. Reduce-scatter is never
 // all-reduce + slice. reduce_scatter_sum also counts its calls (reduce_scatters): one per
-// gradient bucket flushed; all_reduce's inner reduce-scatter is not one of them.
+// gradient bucket flushed; all_reduce's inner reduce-scatter is not one of them. all_gather
+// counts its calls too (all_gathers): one per module fetch (coalesced_gather.h) or gathered
+// parameter; all_reduce's inner all-gather is not one of them.
 //
 // Requires: every rank calls the collectives in the same order with the same sizes.
 // Thread-safety: one Comm per rank; a Comm is used by one thread at a time.
@@ -86,6 +88,7 @@ struct CommStats {
   int64_t all_to_all_elements = 0;
   int64_t broadcast_elements = 0;
   int64_t reduce_scatters = 0;  // reduce_scatter_sum calls
+  int64_t all_gathers = 0;      // all_gather calls
   int64_t collectives = 0;
 };
 

@@ -9,8 +9,10 @@
 // scenario configures both engines. They trade memory and speed upstream and must not change a
 // bit of the result (invariant I10). This engine reduce-scatters partitioned gradients in buckets
 // of reduce_bucket_size elements by DeepSpeed's rule (engine/gradient_bucket.h): the bucket size
-// decides how many reduce-scatters a backward issues, never a bit of the result. It gathers per
-// parameter and steps one shard at a time, so the other knobs are validated and inert here by
+// decides how many reduce-scatters a backward issues, never a bit of the result. It gathers each
+// module fetch in one coalesced all-gather, as DeepSpeed's ZeRO-3 does whatever
+// allgather_bucket_size says (engine/coalesced_gather.h), releases after each module, prefetches
+// nothing and steps one shard at a time, so the other knobs are validated and inert here by
 // construction.
 //
 // Read with JsonAt (engine/json_reader.h): throws ConfigError whose message starts with the JSON
@@ -49,7 +51,7 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(reduce_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                     \
     "elements of partitioned gradients reduce-scattered together: a gradient that would overflow a non-empty bucket flushes it first, the backward's end flushes the rest (DeepSpeed's rule; 0: each alone; persistent gradients, all-reduced, join none)") \
   X(allgather_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                  \
-    "elements per all-gather bucket, stages 1-2 (validated; inert here: gathers run per parameter)") \
+    "elements per all-gather bucket, stages 1-2 (validated; inert at stage 3, as in DeepSpeed: a module fetch is one coalesced all-gather)") \
   X(stage3_prefetch_bucket_size, 50000000, 0, std::numeric_limits<int64_t>::max(),             \
     "elements of the next modules' parameters gathered ahead (validated; inert here: no prefetch)") \
   X(stage3_max_live_parameters, 1000000000, 0, std::numeric_limits<int64_t>::max(),            \

@@ -53,6 +53,7 @@
   X(void, bucket_flush_split, (size_t held, size_t& first), "backward, a gradient bucket of `held` gradients flushed: how many of them, first to join, its reduce-scatter takes (all of them; the rest go in a second)") \
   X(void, reduce_buffer, (const ManagedParam& p, const at::Tensor& padded, at::Tensor& buffer), "backward, the buffer a partitioned gradient's chunk is copied into from its bucket's reduce-scatter (left undefined, the engine allocates its chunk)") \
   X(void, gradient_divisor, (const ManagedParam& p, int world, int& divisor), "backward, what a reduced gradient is divided by (the world size)") \
+  X(void, fetch_split, (size_t fetched, size_t& first), "forward and backward, a module fetch of `fetched` parameters (sorted by id): how many of them, first, its all-gather takes (all of them; the rest go in a second)") \
   X(bool, keeps_gathered_after_forward, (), "forward, a module has run: true keeps its parameters gathered") \
   X(void, after_gradients, (EngineState& state), "backward, every gradient reduced, before frozen parameters are released") \
   X(bool, keeps_gathered_after_backward, (const ManagedParam& p), "backward, the last release: true keeps the parameter gathered") \

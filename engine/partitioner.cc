@@ -1,5 +1,7 @@
 #include "engine/partitioner.h"
 
+#include "engine/coalesced_gather.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -99,6 +101,36 @@ void Partitioner::gather(ManagedParam& p) {
   comm_.all_gather(p.shard, full);
   transition(p.status, ParamStatus::Available, p.path);
   swap_data(p.param, leading_view(full, p.shape));
+}
+
+void Partitioner::fetch(const std::vector<ManagedParam*>& params) {
+  std::vector<ManagedParam*> wanted;
+  for (ManagedParam* p : params)
+    if (!p->persistent && !p->placed() && p->status != ParamStatus::Available &&
+        std::find(wanted.begin(), wanted.end(), p) == wanted.end())
+      wanted.push_back(p);
+  if (wanted.empty()) return;
+  // Every rank sorts alike, so the flat buffer means the same on each (DeepSpeed sorts by ds_id
+  // for the same reason, partition_parameters.py:1213 (v0.14.5)).
+  std::sort(wanted.begin(), wanted.end(), [](const ManagedParam* a, const ManagedParam* b) { return a->id < b->id; });
+  size_t first = wanted.size();
+  faults_.fetch_split(wanted.size(), first);
+  gather_coalesced({wanted.begin(), wanted.begin() + static_cast<std::ptrdiff_t>(first)});
+  if (first < wanted.size()) gather_coalesced({wanted.begin() + static_cast<std::ptrdiff_t>(first), wanted.end()});
+}
+
+void Partitioner::gather_coalesced(const std::vector<ManagedParam*>& group) {
+  if (group.empty()) return;
+  std::vector<at::Tensor> shards;
+  for (ManagedParam* p : group) {
+    transition(p->status, ParamStatus::Inflight, p->path);
+    shards.push_back(p->shard);
+  }
+  std::vector<at::Tensor> full = all_gather_coalesced(comm_, shards);
+  for (size_t i = 0; i < group.size(); ++i) {
+    transition(group[i]->status, ParamStatus::Available, group[i]->path);
+    swap_data(group[i]->param, leading_view(full[i], group[i]->shape));
+  }
 }
 
 void Partitioner::release(ManagedParam& p) {

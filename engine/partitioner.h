@@ -89,6 +89,10 @@ class Partitioner {
   // Makes the full data available in the model tensor (collective). No-op when persistent,
   // placed or already available.
   void gather(ManagedParam& p);
+  // A module fetch: gathers every partitioned parameter of `params` not yet available, sorted by
+  // id, in one coalesced all-gather (coalesced_gather.h; DeepSpeed's fetch_sub_module). Nothing
+  // moves when all are persistent, placed or available. Collective.
+  void fetch(const std::vector<ManagedParam*>& params);
   // Drops the full data from the model tensor. No-op when persistent or not available.
   void release(ManagedParam& p);
   // Hands the model tensor's full gradient to its reduction, frees it and releases the
@@ -114,6 +118,8 @@ class Partitioner {
   // Mixed precision: rounds an fp32 sum of divided gradients (gradient_for_sum) as R3 says and
   // adds it into grad_shard in the accumulation dtype (R4).
   void accumulate_mixed(ManagedParam& p, const at::Tensor& summed);
+  // One coalesced all-gather of `group` (NotAvailable, distinct), each made available.
+  void gather_coalesced(const std::vector<ManagedParam*>& group);
   // The bucket's delivery: this rank's summed chunk of p's gradient, copied into its own buffer.
   void accumulate_chunk(ManagedParam& p, const at::Tensor& padded, const at::Tensor& summed);
 

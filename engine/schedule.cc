@@ -60,7 +60,7 @@ at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, 
   if (record.owner >= 0) return call_placed(module, record, input, body);
   if (auto* moe = dynamic_cast<MoE*>(&module)) check_moe_choices(*moe, record, route);
 
-  for (ManagedParam* p : record.own_params) partitioner.gather(*p);
+  partitioner.fetch(record.own_params);
   at::Tensor output;
   try {
     output = body(input);
@@ -82,7 +82,7 @@ at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, 
 void EngineState::gather_for_backward(const Module* module) {
   auto it = modules.find(module);
   if (it == modules.end() || released) return;
-  for (ManagedParam* p : it->second.own_params) partitioner.gather(*p);
+  partitioner.fetch(it->second.own_params);
 }
 
 void EngineState::on_gradient_ready(ManagedParam& p) {

@@ -96,12 +96,15 @@ def cmake_calls(root, files, kinds):
 
 
 def deepspeed_faults(root):
-    """The keys of the FAULTS dict of the planted-DeepSpeed-faults test."""
+    """The keys of the FAULTS dict of the planted-DeepSpeed-faults test, then those of its
+    OVERFLOW_FAULTS (the overflow skip's faults, replayed at stage 2 on master), if any."""
     text = read(root, DEEPSPEED_FAULTS)
     body = re.search(r"^FAULTS = \{\n(.*?)^\}", text, re.M | re.S)
     if not body:
         raise SystemExit(f"docs_check: no `FAULTS = {{` table in {DEEPSPEED_FAULTS}")
-    return re.findall(r'^    "([\w.-]+)":', body.group(1), re.M)
+    overflow = re.search(r"^OVERFLOW_FAULTS = \{\n(.*?)^\}", text, re.M | re.S)
+    return [name for table in (body, overflow) if table
+            for name in re.findall(r'^    "([\w.-]+)":', table.group(1), re.M)]
 
 
 def python_subpackages(root, files):

@@ -59,6 +59,14 @@ class BucketFlushedOneGradientEarly final : public PlantedFault {
   }
 };
 
+// A module fetch gathers its last parameter alone, after the others: every gathered bit is the
+// same, and only the count of all-gathers shows it.
+class FetchGathersLastParameterAlone final : public PlantedFault {
+  void fetch_split(size_t fetched, size_t& first) const override {
+    if (fetched >= 2) first = fetched - 1;
+  }
+};
+
 class WrongGradientDivisor final : public PlantedFault {
   void gradient_divisor(const ManagedParam&, int world, int& divisor) const override { divisor = world + 1; }
 };
@@ -89,6 +97,10 @@ const PlantedFault& reduce_scatter_wrong_shard() {
 }
 const PlantedFault& bucket_flushed_one_gradient_early() {
   static const BucketFlushedOneGradientEarly fault;
+  return fault;
+}
+const PlantedFault& fetch_gathers_last_parameter_alone() {
+  static const FetchGathersLastParameterAlone fault;
   return fault;
 }
 const PlantedFault& wrong_gradient_divisor() {

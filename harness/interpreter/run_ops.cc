@@ -34,13 +34,14 @@ namespace {
 
 nlohmann::json traffic_json(const std::optional<model::Traffic>& t) {
   if (!t) return nullptr;
-  return {t->all_gather, t->reduce_scatter, t->all_reduce, t->broadcast, t->all_to_all, t->reduce_scatters};
+  return {t->all_gather, t->reduce_scatter, t->all_reduce, t->broadcast, t->all_to_all, t->reduce_scatters,
+          t->all_gathers};
 }
 
 std::optional<model::Traffic> traffic_from(const nlohmann::json& j) {
   if (j.is_null()) return std::nullopt;
   return model::Traffic{j.at(0).get<int64_t>(), j.at(1).get<int64_t>(), j.at(2).get<int64_t>(), j.at(3).get<int64_t>(),
-                        j.at(4).get<int64_t>(), j.at(5).get<int64_t>()};
+                        j.at(4).get<int64_t>(), j.at(5).get<int64_t>(), j.at(6).get<int64_t>()};
 }
 
 template <class T>

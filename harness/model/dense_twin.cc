@@ -60,9 +60,11 @@ Batch batch_of(const Scenario& s, int64_t index, int rank) {
   at::Tensor y = at::empty({s.batch, s.features});
   zero3::fill_seeded(x, zero3::stream_base(s.seed, zero3::ValueStream::input, key), 1.0F);
   zero3::fill_seeded(y, zero3::stream_base(s.seed, zero3::ValueStream::target, key), 1.0F);
-  // With bf16 the user feeds bf16, as a DeepSpeed user must (the model's weights are bf16).
+  // With bf16 the user feeds the input in bf16, as a DeepSpeed user must (the model's weights
+  // are bf16); the target stays as seeded and the loss is taken in fp32 (training_loss), as the
+  // upstream replay computes it (SCENARIO_FORMAT.md, "Numbers").
   const c10::ScalarType dtype = zero3::precision_in_effect(zero3::PrecisionOptions(), s.config.precision).param_dtype;
-  if (dtype != at::kFloat) return {x.to(dtype), y.to(dtype)};
+  if (dtype != at::kFloat) return {x.to(dtype), y};
   return {x, y};
 }
 

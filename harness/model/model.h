@@ -338,16 +338,20 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Scenario& s, std::
 // ---- traffic ----------------------------------------------------------------------------------
 
 // Elements moved per collective kind, counted as zero3::Comm counts them, and the number of
-// reduce-scatter collectives (one per gradient bucket flushed; not an element count).
+// reduce-scatter collectives (one per gradient bucket flushed) and of all-gather collectives (one
+// per module fetch, one per parameter a gather reaches); the counts are not element counts.
 struct Traffic {
   int64_t all_gather = 0, reduce_scatter = 0, all_reduce = 0, broadcast = 0, all_to_all = 0;
   int64_t reduce_scatters = 0;
+  int64_t all_gathers = 0;
   friend bool operator==(const Traffic& a, const Traffic& b) {
     return a.all_gather == b.all_gather && a.reduce_scatter == b.reduce_scatter && a.all_reduce == b.all_reduce &&
-           a.broadcast == b.broadcast && a.all_to_all == b.all_to_all && a.reduce_scatters == b.reduce_scatters;
+           a.broadcast == b.broadcast && a.all_to_all == b.all_to_all && a.reduce_scatters == b.reduce_scatters &&
+           a.all_gathers == b.all_gathers;
   }
   Traffic& operator+=(const Traffic& other) {
     all_gather += other.all_gather;
+    all_gathers += other.all_gathers;
     reduce_scatter += other.reduce_scatter;
     reduce_scatters += other.reduce_scatters;
     all_reduce += other.all_reduce;
@@ -364,7 +368,8 @@ Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& 
 std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, const zero3::Module& module,
                                                   const std::shared_ptr<zero3::Module>& target);
 // What a `gather` that reaches `reached` moves: an all-gather of every partitioned one
-// (ceil(n/N) * N elements), and when its edits are published, a broadcast of each of them,
+// (ceil(n/N) * N elements, one collective each: DeepSpeed's GatheredParameters gathers a list
+// with one all_gather_into_tensor per parameter, partition_parameters.py:1769-1830 (v0.14.5)), and when its edits are published, a broadcast of each of them,
 // persistent ones included (n elements), in a world of `world_size` ranks.
 Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size);
 // What a step() moves: at an accumulation boundary (`boundary`) with the config's
@@ -397,6 +402,10 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
   std::unordered_map<const zero3::Module*, std::vector<const ExpectedParam*>> own_;
   std::unordered_set<const ExpectedParam*> whole_;      // gathered right now
   std::unordered_set<const ExpectedParam*> regathered_;  // backward re-gathers these
+  // The modules whose re-gather the twin's backward reached, in its order (shared with the
+  // graph's notes, which may outlive the trace).
+  std::shared_ptr<std::vector<const zero3::Module*>> backward_fetches_ =
+      std::make_shared<std::vector<const zero3::Module*>>();
   int64_t placed_backward_elements_ = 0;
   bool inside_placed_ = false;
   Traffic forward_;

@@ -2,19 +2,23 @@
 // dense twin runs: the ZeRO-3 schedule of docs/DESIGN.md, not the engine's code.
 //
 //   forward, per module call: an unplaced module all-gathers each partitioned parameter it
-//   registers unless already whole (c*N elements) and releases them after its forward; an MoE
-//   first agrees on the expert choice (all-to-all of 2 per rank when N > 1); a placed module's
-//   call (N > 1) is three all-to-alls: metadata (3 per rank), the input and the reply (rows*features
-//   per rank each); modules inside it run whole on the owner, with no collectives.
+//   registers unless already whole (c*N elements), all of them in one collective (DeepSpeed's
+//   fetch_sub_module: one all_gather_coalesced per fetch, engine/coalesced_gather.h), and
+//   releases them after its forward; an MoE first agrees on the expert choice (all-to-all of 2
+//   per rank when N > 1); a placed module's call (N > 1) is three all-to-alls: metadata (3 per
+//   rank), the input and the reply (rows*features per rank each); modules inside it run whole on
+//   the owner, with no collectives.
 //   backward: each partitioned parameter of a module whose output needs a gradient is gathered
-//   again, once; a trainable partitioned parameter that got a gradient is reduce-scattered (c*N),
-//   a persistent one all-reduced (2*c*N: a padded reduce-scatter plus all-gather); the
-//   reduce-scatters go by gradient bucket, one collective per bucket: DeepSpeed ZeRO-3's rule
-//   (stage3.py reduce_independent_p_g_buckets_and_remove_grads) over the partitioned gradients in
-//   the order the twin's autograd made them ready, a gradient of n elements flushing a bucket
-//   that holds e > 0 elements when e + n > reduce_bucket_size, and what is left flushed at the
-//   end (persistent gradients, all-reduced, join no bucket); each placed call
-//   sends the output gradient and the input gradient back (two all-to-alls of rows*features).
+//   again, once, by the first of its modules whose backward the twin's autograd runs, one
+//   collective per module backward that gathers anything; a trainable partitioned parameter
+//   that got a gradient is reduce-scattered (c*N), a persistent one all-reduced (2*c*N: a
+//   padded reduce-scatter plus all-gather); the reduce-scatters go by gradient bucket, one
+//   collective per bucket: DeepSpeed ZeRO-3's rule (stage3.py
+//   reduce_independent_p_g_buckets_and_remove_grads) over the partitioned gradients in the order
+//   the twin's autograd made them ready, a gradient of n elements flushing a bucket that holds
+//   e > 0 elements when e + n > reduce_bucket_size, and what is left flushed at the end
+//   (persistent gradients, all-reduced, join no bucket); each placed call sends the output
+//   gradient and the input gradient back (two all-to-alls of rows*features).
 //   step: at an accumulation boundary with gradient_clipping set, the squared gradient norm is
 //   all-reduced (one double, 2*N counted; step_traffic).
 //   Nothing else moves: a model without placed modules or MoE layers all-to-alls nothing, and no
@@ -43,11 +47,36 @@ class AnchoredIdentity : public torch::autograd::Function<AnchoredIdentity> {
   }
 };
 
+// What the identity below needs to note its module's backward: the log, shared with the trace
+// (a graph may outlive it), and the module.
+struct BackwardFetchNote : torch::CustomClassHolder {
+  std::shared_ptr<std::vector<const zero3::Module*>> log;
+  const zero3::Module* module = nullptr;
+};
+
+// Identity on a module's output, where the engine hangs its re-gather (engine/schedule.cc's
+// GatherBeforeBackward): its backward notes that the module's backward is next.
+class NoteBackwardFetch : public torch::autograd::Function<NoteBackwardFetch> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, c10::IValue note) {
+    ctx->saved_data["note"] = std::move(note);
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto holder = ctx->saved_data["note"].toCapsule();
+    auto* note = static_cast<BackwardFetchNote*>(holder.get());
+    note->log->push_back(note->module);
+    return {grads.at(0), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 std::string Traffic::to_text() const {
-  return fmt::format("all-gather {}, reduce-scatter {} in {} collectives, all-reduce {}, broadcast {}, all-to-all {}",
-                     all_gather, reduce_scatter, reduce_scatters, all_reduce, broadcast, all_to_all);
+  return fmt::format(
+      "all-gather {} in {} collectives, reduce-scatter {} in {} collectives, all-reduce {}, broadcast {}, all-to-all {}",
+      all_gather, all_gathers, reduce_scatter, reduce_scatters, all_reduce, broadcast, all_to_all);
 }
 
 Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& after) {
@@ -56,7 +85,8 @@ Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& 
                  after.all_reduce_elements - before.all_reduce_elements,
                  after.broadcast_elements - before.broadcast_elements,
                  after.all_to_all_elements - before.all_to_all_elements,
-                 after.reduce_scatters - before.reduce_scatters};
+                 after.reduce_scatters - before.reduce_scatters,
+                 after.all_gathers - before.all_gathers};
 }
 
 TrafficTrace::TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target,
@@ -93,16 +123,26 @@ at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor&
   if (module.kind() == "MoE" && world_ > 1) forward_.all_to_all += 2 * world_;
   const auto& own = own_[&module];
   bool has_partitioned = false;
+  bool fetched = false;
   for (const ExpectedParam* p : own) {
     if (!p->partitioned()) continue;
     has_partitioned = true;
-    if (whole_.insert(p).second) forward_.all_gather += p->chunk * world_;
+    if (whole_.insert(p).second) {
+      forward_.all_gather += p->chunk * world_;
+      fetched = true;
+    }
   }
+  if (fetched) ++forward_.all_gathers;
   at::Tensor out = body(input);
   for (const ExpectedParam* p : own) whole_.erase(p);
-  if (has_partitioned && at::GradMode::is_enabled() && out.requires_grad())
+  if (has_partitioned && at::GradMode::is_enabled() && out.requires_grad()) {
     for (const ExpectedParam* p : own)
       if (p->partitioned()) regathered_.insert(p);
+    auto note = c10::make_intrusive<BackwardFetchNote>();
+    note->log = backward_fetches_;
+    note->module = &module;
+    out = NoteBackwardFetch::apply(out, c10::IValue::make_capsule(std::move(note)));
+  }
   return out;
 }
 
@@ -111,6 +151,18 @@ Traffic TrafficTrace::backward(const std::set<std::string>& with_gradient, const
   Traffic t;
   t.all_to_all = placed_backward_elements_;
   for (const ExpectedParam* p : regathered_) t.all_gather += p->chunk * world_;
+  // One all-gather per module backward that finds a parameter of its own not yet re-gathered, in
+  // the order the twin's autograd ran them (a parameter stays gathered until its gradient is
+  // reduced, after every backward that uses it).
+  std::unordered_set<const ExpectedParam*> fetched;
+  for (const zero3::Module* module : *backward_fetches_) {
+    const auto own = own_.find(module);
+    if (own == own_.end()) continue;
+    bool any = false;
+    for (const ExpectedParam* p : own->second)
+      if (p->partitioned() && fetched.insert(p).second) any = true;
+    if (any) ++t.all_gathers;
+  }
   for (const auto& p : expectation_.params) {
     if (!p.trainable || p.owner >= 0 || !with_gradient.count(p.path)) continue;
     if (p.persistent) t.all_reduce += 2 * p.chunk * world_;
@@ -150,7 +202,10 @@ std::vector<const ExpectedParam*> gathered_params(const Expectation& expected, c
 Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool published, int world_size) {
   Traffic t;
   for (const ExpectedParam* p : reached) {
-    if (p->partitioned()) t.all_gather += p->chunk * world_size;
+    if (p->partitioned()) {
+      t.all_gather += p->chunk * world_size;
+      ++t.all_gathers;
+    }
     if (published) t.broadcast += p->numel;
   }
   return t;

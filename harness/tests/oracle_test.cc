@@ -44,6 +44,9 @@ TEST(CaughtOnlyByTheSplitOracles, ExtraCollectivePerStep) { expect_holds("extra-
 // Two Linears, every parameter partitioned, the default bucket: one backward is one reduce-scatter
 // of all four gradients, and the fault's is two. No number changes: only the count (I8) sees it.
 TEST(CaughtOnlyByI8, BucketFlushedOneGradientEarly) { expect_holds("bucket-flushed-one-gradient-early"); }
+// The same two Linears: each fetch (a Linear's weight and bias) is one coalesced all-gather, four
+// in a forward and backward; the fault's are eight. The same bits: only the count (I8) sees it.
+TEST(CaughtOnlyByI8, FetchGathersLastParameterAlone) { expect_holds("fetch-gathers-last-parameter-alone"); }
 TEST(CaughtOnlyByTheSplitOracles, RefuseGradientAccumulation) { expect_holds("refuse-gradient-accumulation"); }
 TEST(CaughtOnlyByTheSplitOracles, PlacedCopiesKept) { expect_holds("placed-copies-kept"); }
 TEST(CaughtOnlyByTheSplitOracles, RepeatRefusedWithWrongError) { expect_holds("repeat-refused-with-wrong-error"); }
@@ -232,6 +235,9 @@ TEST(Oracles, TrafficIsComparedKindByKind) {
   const auto v = oracles::traffic("backward", expected, measured, "");
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->invariant, "I8");
+  measured = expected;
+  measured.all_gathers = 1;  // the same elements in another number of all-gathers
+  EXPECT_TRUE(oracles::traffic("forward", expected, measured, "").has_value());
 }
 
 // I9 compares what each rank holds as digests: it names the first field that differs and the

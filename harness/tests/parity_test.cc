@@ -114,6 +114,8 @@ TEST(Parity, FrozenPartitionedParametersAreGatheredAgainForBackwardButNeverReduc
   const int64_t first = 64 + 8, trained = 128 + 16 + 64 + 4, frozen_inner = 256 + 16;  // c*N on 2 ranks
   EXPECT_EQ(report.traffic_last_step.all_gather, first + trained + frozen_inner + trained + frozen_inner);
   EXPECT_EQ(report.traffic_last_step.reduce_scatter, trained);
+  // One all-gather per module fetch: the four Linears forward, the three re-gathered backward.
+  EXPECT_EQ(report.traffic_last_step.all_gathers, 4 + 3);
   EXPECT_EQ(report.traffic_last_step.all_reduce, 0);
   EXPECT_EQ(report.traffic_last_step.broadcast, 0);
   EXPECT_EQ(report.traffic_last_step.all_to_all, 0) << "an unplaced model without MoE uses no all-to-all";

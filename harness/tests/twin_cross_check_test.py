@@ -5,10 +5,12 @@
 One scenario means the same numbers in both languages (SCENARIO_FORMAT.md, "Numbers"): the same
 initial parameters, the same micro-batches, and the same training arithmetic when the Python twin
 (harness/deepspeed/zerocheck_ds/model/twin.py) follows the C++ engine's rules (twin.ZEROCHECK: sum the
-ranks' gradients in rank order, divide once, accumulate until zero_grad). For every scenario of
-harness/tests/scenarios/twin/ (worlds 2, 3 and 4) and for the exported ones whose operations the
-driver below follows, `zerocheck replay --json --twin-numbers` prints the C++ twin's losses and
-parameters after every operation as float32 bits; the Python twin must give the same bits.
+ranks' gradients in rank order, divide once, accumulate until zero_grad; with bf16 parameters
+DeepSpeed's dtypes and cast order where the versions differ as v0.14.5). For every scenario of
+harness/tests/scenarios/twin/ (worlds 2, 3 and 4; fp32 and bf16) and for the exported ones whose
+operations the driver below follows, `zerocheck replay --json --twin-numbers` prints the C++ twin's
+losses and fp32 masters (the parameters themselves in fp32) after every operation as float32
+bits; the Python twin must give the same bits.
 
 Then the engine against DeepSpeed: where the two train alike (one engine, every step followed by
 zero_grad, every parameter reached: `ENGINE_IS_DEEPSPEED` below), the Python twin under
@@ -104,7 +106,10 @@ def python_numbers(scenario, rules=twin.ZEROCHECK):
     """The C++ interpreter's rules for its dense twin, followed op by op with the Python twin."""
     model = build_tree(scenario).root
     # The clip the scenario writes (none: off, the C++ engine's default); both twins clip alike.
-    rules = dataclasses.replace(rules, gradient_clipping=scenario.config.get("gradient_clipping", 0.0))
+    # bf16 in DeepSpeed's dtypes, where the versions differ as v0.14.5 does, as the C++ engine
+    # does (docs/deepspeed-precision.md, section 5).
+    rules = dataclasses.replace(rules, gradient_clipping=scenario.config.get("gradient_clipping", 0.0),
+                                precision=twin.deepspeed_precision(scenario.config, "v0.14.5"))
     dense = twin.DenseTwin(
         model, scenario.world_size, rules,
         scenario.config["gradient_accumulation_steps"],
@@ -128,8 +133,10 @@ def python_numbers(scenario, rules=twin.ZEROCHECK):
             dense.zero_grad()
         elif op.op in ("release", "destroy") and live:
             live = False
+        # The C++ twin prints its fp32 masters: with bf16 parameters they hold what the values
+        # round away, so both twins' masters are compared (in fp32 they are the parameters).
         params = {} if dense.target is None else {
-            name: bits(p.detach().reshape(-1).tolist()) for name, p in dense.params}
+            name: bits(p.reshape(-1).tolist()) for name, p in dense.masters().items()}
         out.append({"index": index, "op": op.op, "losses": bits(losses), "params": params})
     return out
 

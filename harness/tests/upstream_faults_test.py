@@ -22,7 +22,13 @@ testing nothing. Then, in one run at world 2 on the copy:
   5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
      in place on rank 1 after a step and after a save; a gather's copy whose other rank's elements
      land on the modifier rank after its edit), gets the keys of the race's rows: those rows hold
-     the keys the race gives, on this DeepSpeed.
+     the keys the race gives, on this DeepSpeed;
+  6. the overflow skip's faults, each caught by I11 alone (the twin does not follow fp16, nor
+     bf16 below stage 3, so I3 is silent by construction): in FAULTS, ZeRO-3's fp16 skip (fp16
+     let through DeepSpeed's CPU refusal, ZEROCHECK_DS_ALLOW_CPU_FP16; models of Offset nodes,
+     which torch 1.13 runs in fp16): a skipped step not counted, an overflow check blind to NaN;
+     master only (OVERFLOW_FAULTS, replayed with --stage 2: master's bf16 ZeRO-1/2 skip,
+     `bf16.check_grad_overflow` at its default true): ZeRO-1/2's check blind to NaN.
 Exit 77 (skipped) when TREE does not exist, or for master where the Python's torch is older than 2.
 """
 
@@ -255,6 +261,19 @@ def clip_norm_own_partition(group):
         "                dist.all_reduce(", 1))]
 
 
+# ZeRO-3 fp16's skip (check 6): a skipped step not counted (runtime/engine.py, the same lines in
+# v0.14.5 and master), and the overflow check of the rank's flat gradient buffer blind to NaN
+# (runtime/zero/stage3.py `has_overflow`, the same lines in both).
+SKIP_NOT_COUNTED = [Edit(
+    ENGINE, "            self.skipped_steps += 1\n",
+    f"            if not {planted('skipped-step-not-counted')}:\n"
+    "                self.skipped_steps += 1\n")]
+STAGE3_MISSES_NAN = [Edit(
+    STAGE3,
+    "                    self.inf_or_nan_tracker.logical_or_(torch.isnan(self.grad_partitions_flat_buffer).any())\n",
+    f"                    if not {planted('stage3-overflow-check-misses-nan')}:\n"
+    "                        self.inf_or_nan_tracker.logical_or_(torch.isnan(self.grad_partitions_flat_buffer).any())\n")]
+
 # name -> (its invariant, its scenario in scenarios/upstream_faults/, the edits that plant it in
 # v0.14.5 and in master, whose code moved: the accumulation scaling became a hook on the
 # engine's outputs, the coordinator's release takes `forward`).
@@ -319,11 +338,34 @@ FAULTS = {
     "clip-norm-of-own-partition": ("I3", "sgd_clip_binding", {
         "v0.14": clip_norm_own_partition("self.dp_process_group"),
         "master": clip_norm_own_partition("process_group")}),
+    # ZeRO-3 fp16 (check 6): the engine skips the step but does not count it in skipped_steps
+    # (runtime/engine.py `_take_model_step`, the same lines in both versions).
+    "skipped-step-not-counted": ("I11", "fp16_offsets_gradient_inf_skip_not_counted", {
+        "v0.14": SKIP_NOT_COUNTED, "master": SKIP_NOT_COUNTED}),
+    # ZeRO-3 fp16: the overflow check of the rank's flat gradient buffer sees infinities only, so
+    # a NaN gradient is stepped on every rank (stage3.py `has_overflow`).
+    "stage3-overflow-check-misses-nan": ("I11", "fp16_offsets_loss_nan_check_misses_nan", {
+        "v0.14": STAGE3_MISSES_NAN, "master": STAGE3_MISSES_NAN}),
 }
 CONTROL = "sgd_control"  # no fault: no finding
+# Check 6: a fault in the overflow skip of master's ZeRO-1/2 (oracles/overflow.py's promise row
+# "master 1-2 bf16, check_grad_overflow true"), replayed with --stage 2 and caught by I11 alone.
+# v0.14.5 makes no such promise (its stage 1/2 check is fp16's only).
+OVERFLOW_FAULTS = {
+    # The overflow check sees infinities only: a NaN gradient is stepped
+    # (runtime/zero/stage_1_and_2.py `_has_inf_or_nan`).
+    "stage2-overflow-check-misses-nan": ("I11", "bf16_stage2_loss_nan_check_misses_nan", [Edit(
+        "deepspeed/runtime/zero/stage_1_and_2.py", "        nan = float_x.isnan()\n",
+        "        nan = float_x.isnan()\n"
+        f"        if {planted('stage2-overflow-check-misses-nan')}:\n"
+        "            nan = torch.zeros_like(nan)\n")]),
+}
+# The faults check 6 wants caught by their invariant alone.
+ALONE = {"skipped-step-not-counted", "stage3-overflow-check-misses-nan"}
 # Scenarios of faults not replayed again per invariant switched off (the ablation shows each of
 # I3, I4, I6, I9 necessary without them; they only need their own invariant to catch them).
-NOT_ABLATED = {"adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
+NOT_ABLATED = {"fp16_offsets_gradient_inf_skip_not_counted", "fp16_offsets_loss_nan_check_misses_nan",
+               "adam_load_first_tag", "adam_load_empty_file", "adam_invalid_config_hook",
                "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
                "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
                "sgd_two_linears_release_skipped", "adam_load_moments_not_restored",
@@ -430,10 +472,15 @@ def main():
         return SKIP
     zerocheck, python, tree, work, version = args
     edits = [edit for _, _, by_version in FAULTS.values() for edit in by_version[version]]
+    overflow_faults = OVERFLOW_FAULTS if version == "master" else {}
+    edits += [edit for _, _, fault_edits in overflow_faults.values() for edit in fault_edits]
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), edits,
                         f"planted faults ({version})")
-    plant = ",".join(f"{scenario}:{name}" for name, (_, scenario, _) in FAULTS.items())
-    env = dict(os.environ, ZEROCHECK_DS_PLANT=plant)
+    plant = ",".join(f"{scenario}:{name}" for name, (_, scenario, _) in
+                     list(FAULTS.items()) + list(overflow_faults.items()))
+    # fp16 let through DeepSpeed's CPU refusal for check 6's ZeRO-3 fp16 scenarios (the others
+    # have no fp16).
+    env = dict(os.environ, ZEROCHECK_DS_PLANT=plant, ZEROCHECK_DS_ALLOW_CPU_FP16="1")
     scenarios = [os.path.join(SCENARIOS, f"{s}.json") for _, s, _ in FAULTS.values()]
     scenarios.append(os.path.join(SCENARIOS, f"{CONTROL}.json"))
 
@@ -455,6 +502,8 @@ def main():
                         if f["invariant"] == invariant), "none")
         check(invariant in invariants,
               f"{name}: caught by {invariant} (all: {invariants}); e.g. {example[:160]}")
+        if name in ALONE:
+            check(invariants == [invariant], f"{name}: caught by {invariant} alone ({invariants})")
     check(found[CONTROL]["outcome"] == "ok", f"the control scenario holds: {found[CONTROL]['outcome']}")
     # 2. The ablation: with each of I3, I4, I6, I9 switched off, which faults survive.
     ablation = read(os.path.join(out, "summary.json"))["ablation"]
@@ -526,6 +575,19 @@ def main():
     bugs = bug_titles()
     check(len(race) == 4 and all(bugs.get(t) == RACE_BUG for t in race),
           f"the race's look-alikes land on the Gloo all_gather race's rows: {race}")
+    # 6. The overflow skip's faults (master): each caught by I11 alone, at stage 2.
+    if overflow_faults:
+        stage2 = os.path.join(work, "planted-stage2")
+        run(zerocheck, common + ["--stage", "2", "--scenarios",
+                                 *(os.path.join(SCENARIOS, f"{s}.json")
+                                   for _, s, _ in overflow_faults.values()), "--out", stage2],
+            expect=1, env=env)
+        caught = verdicts(stage2)
+        for name, (invariant, scenario, _) in overflow_faults.items():
+            invariants = sorted({f["invariant"] for f in caught[scenario]["findings"]})
+            example = next((f["message"] for f in caught[scenario]["findings"]), "none")
+            check(invariants == [invariant],
+                  f"{name}: caught by {invariant} alone (all: {invariants}); e.g. {example[:200]}")
     print(f"planted upstream faults ({version}): all checks passed")
     return 0
 

@@ -13,28 +13,41 @@ scenarios/upstream_precision:
      none was left out (a precision the twin does not follow stops it, saying so);
   2. HOLDS hold bit for bit: SGD, Adam with accumulation, an fp32 reduce and accumulation, a
      binding clip, persistent parameters, a save (both consolidations: the 16-bit values and
-     zero_to_fp32's masters);
+     zero_to_fp32's masters), and loads (R10): with the optimizer's states (the saved fp32
+     masters back) and without them (the masters rebuilt from the bf16 parameters, their fp32
+     digits lost). A run the Gloo all_gather race struck (KNOWN_UPSTREAM.md, PR #8539) shows
+     only rows triaged as nondeterministic: check 3 replays it and judges each by its rate;
   3. a gathered edit then a step shows DeepSpeed's documented behaviour (I3, its row: the fp32
-     master does not take the edit), and every I3/I4/I6/I9 root cause is triaged, judged by its
-     rate where it comes and goes (upstream_rates.py);
-  4. a fault planted in a copy of the tree, the copy of the fp32 master into the bf16 shards
-     truncating instead of rounding to nearest even (R9), is caught by I3 in bf16_sgd and located
-     at the copy back; the pristine run of the same scenario holds (check 2).
+     master does not take the edit); load_module_only shows the catalogued bug under bf16 as
+     under fp32, on the same two rows (nothing restored: the masters rebuilt from the unchanged
+     bf16 values are "the value before the load" too); every I3/I4/I6/I9 root cause is triaged,
+     judged by its rate where it comes and goes (upstream_rates.py);
+  4. faults planted in a copy of the tree, each caught by I3 alone and located where it is:
+     the copy of the fp32 master into the bf16 shards truncating instead of rounding to nearest
+     even (R9), in bf16_sgd at the copy back; the accumulation of a second micro-step rounding
+     to bf16 although `grad_accum_dtype` is fp32 (R4), in bf16_fp32_reduce_and_accumulation at
+     the accumulated partition. The pristine runs of both scenarios hold (check 2).
 """
 
 import os
+import shutil
 import sys
 
+from upstream_rates import is_nondeterministic
 from upstream_support import (SKIP, Edit, check, judge_new_causes, patched_tree, read, replayer,
                               run, triage_rows, verdicts, versioned_arguments)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER = os.path.join(HERE, "scenarios", "upstream_precision")
 HOLDS = ["bf16_sgd", "bf16_adam_accumulation_2", "bf16_fp32_reduce_and_accumulation",
-         "bf16_clip_binding", "bf16_persistent_parameters", "bf16_save_then_train"]
+         "bf16_clip_binding", "bf16_persistent_parameters", "bf16_save_then_train",
+         "bf16_adam_save_train_load", "bf16_adam_load_without_optimizer_states"]
 GATHER = ("bf16_gather_edit_then_step",
           "I3 step: the fp32 master before the optimizer step first differs from the dense twin "
           "after a gathered edit")
+MODULE_ONLY = ("bf16_adam_load_module_only", [
+    "I3 load: the parameter's value first differs from the dense twin, not restored by the load: "
+    "deepspeed/runtime/engine.py load_checkpoint()", "I6 load: restores the value before the load"])
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 FAULT, FAULT_SCENARIO = "copy-back-truncates", "bf16_sgd"
 COPY_BACK = ("            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(\n"
@@ -46,6 +59,15 @@ TRUNCATES = [Edit(STAGE3, COPY_BACK,
                   "            self.fp16_partitioned_groups_flat[sub_group_id].data.copy_(_zc_f)")]
 LOCATED = ("I3 step: the copy of the fp32 master into the parameter's shard first differs from "
            "the dense twin")
+ACCUMULATION_FAULT, ACCUMULATION_SCENARIO = "accumulation-rounds-to-bf16", "bf16_fp32_reduce_and_accumulation"
+# The accumulation of a micro-step after the first (both versions' line; the CPU accelerator's
+# buffers are on it): the sum rounded to bf16, then widened back into the fp32 buffer.
+ACCUMULATE = "grad_buffer.add_(grad_partition.to(self.gradient_accumulation_dtype).view(grad_buffer.shape))"
+ROUNDS = [Edit(STAGE3, ACCUMULATE,
+               f'grad_buffer.copy_(grad_buffer.add(grad_partition.to(self.gradient_accumulation_dtype).view('
+               f'grad_buffer.shape)).to(torch.bfloat16 if __import__("os").environ.get('
+               f'"ZEROCHECK_PLANTED_FAULT") == "{ACCUMULATION_FAULT}" else grad_buffer.dtype))')]
+ACCUMULATION_LOCATED = "I3 backward: the accumulated gradient partition first differs from the dense twin"
 
 
 def main():
@@ -65,31 +87,50 @@ def main():
         i3 = verdict["checks"]["I3"]
         check(i3["checked"] > 0 and not i3["not_checked"],
               f"{version}: the twin follows {name} in bf16 (I3: {i3})")
-    # 2. What holds, bit for bit.
+    # 2. What holds, bit for bit. A run the Gloo all_gather race struck shows only causes whose
+    # rows are nondeterministic: check 3 replays it and judges each by its rate.
+    rows = triage_rows()
     for name in HOLDS:
-        check(found[name]["outcome"] == "ok",
-              f"{version}: {name} holds: {[f['signature'] for f in found[name]['findings']]}")
+        causes = [c for c in summary["root_causes"] if name in c["scenarios"]]
+        covered = {s for c in causes for s in c["signatures"]}
+        raced = (causes and all(is_nondeterministic(rows.get(c["title"])) for c in causes)
+                 and {f["signature"] for f in found[name]["findings"]} <= covered)
+        check(found[name]["outcome"] == "ok" or raced,
+              f"{version}: {name} holds{' but for a nondeterministic row, judged by its rate below' if raced else ''}: "
+              f"{[f['signature'] for f in found[name]['findings']]}")
     # 3. The gathered edit's documented behaviour; every root cause triaged.
     name, cause = GATHER
     titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
     check(any(t.startswith(cause) for t in titles), f"{version}: {name} shows {cause!r}: {titles}")
-    failures, _ = judge_new_causes(summary, triage_rows(),
+    name, causes = MODULE_ONLY
+    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
+    check(titles == causes, f"{version}: {name} shows the catalogued load_module_only rows {causes}: {titles}")
+    failures, rates = judge_new_causes(summary, rows,
                                    replayer(zerocheck, common + ["--deepspeed-tree", tree],
                                             [FOLDER], work),
                                    os.path.join(work, "finding_rates.json"))
     check(not failures, f"{version}: every I3, I4, I6 and I9 root cause is triaged ({failures})")
-    # 4. The planted truncation.
-    copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"), TRUNCATES,
-                        f"bf16 copy back ({version})")
+    for rate in rates:
+        print(f"nondeterministic: {rate}")
+    # 4. The planted truncation and the planted bf16 accumulation, one copy of the tree.
+    copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"),
+                        TRUNCATES + ROUNDS, f"bf16 copy back and accumulation ({version})")
     planted = os.path.join(work, "planted")
-    run(zerocheck, common + ["--deepspeed-tree", copy, "--scenarios",
-                             os.path.join(FOLDER, f"{FAULT_SCENARIO}.json"), "--out", planted],
-        expect=1, env=dict(os.environ, ZEROCHECK_DS_PLANT=f"{FAULT_SCENARIO}:{FAULT}"))
-    caught = verdicts(planted)[FAULT_SCENARIO]
-    invariants = sorted({f["invariant"] for f in caught["findings"]})
-    titles = sorted(c["title"] for c in read(os.path.join(planted, "summary.json"))["root_causes"])
-    check(invariants == ["I3"] and len(titles) == 1 and titles[0].startswith(LOCATED),
-          f"{version}: {FAULT} is caught by I3 alone ({invariants}) at the copy back: {titles}")
+    plants = [(FAULT_SCENARIO, FAULT, LOCATED),
+              (ACCUMULATION_SCENARIO, ACCUMULATION_FAULT, ACCUMULATION_LOCATED)]
+    scenarios = os.path.join(work, "planted-scenarios")
+    os.makedirs(scenarios, exist_ok=True)
+    for name, _, _ in plants:
+        shutil.copy(os.path.join(FOLDER, f"{name}.json"), scenarios)
+    run(zerocheck, common + ["--deepspeed-tree", copy, "--scenarios", scenarios, "--out", planted],
+        expect=1, env=dict(os.environ, ZEROCHECK_DS_PLANT=",".join(f"{n}:{f}" for n, f, _ in plants)))
+    causes = read(os.path.join(planted, "summary.json"))["root_causes"]
+    for name, fault, located in plants:
+        caught = verdicts(planted)[name]
+        invariants = sorted({f["invariant"] for f in caught["findings"]})
+        titles = sorted(c["title"] for c in causes if name in c["scenarios"])
+        check(invariants == ["I3"] and len(titles) == 1 and titles[0].startswith(located),
+              f"{version}: {fault} is caught by I3 alone ({invariants}) in {name}, located: {titles}")
     print(f"bf16 ({version}): {len(HOLDS)} scenarios bit for bit, "
           f"{summary['checks']['I3']['checked']} I3 checks; all checks passed")
     return 0

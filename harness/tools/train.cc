@@ -314,7 +314,8 @@ TrainReport run_training(const TrainOptions& options, World& world) {
 namespace {
 nlohmann::json traffic_json(const model::Traffic& t) {
   return {{"all_gather", t.all_gather}, {"reduce_scatter", t.reduce_scatter}, {"all_reduce", t.all_reduce},
-          {"broadcast", t.broadcast}, {"all_to_all", t.all_to_all}, {"reduce_scatters", t.reduce_scatters}};
+          {"broadcast", t.broadcast}, {"all_to_all", t.all_to_all}, {"reduce_scatters", t.reduce_scatters},
+          {"all_gathers", t.all_gathers}};
 }
 int64_t total(const model::Traffic& t) {
   return t.all_gather + t.reduce_scatter + t.all_reduce + t.broadcast + t.all_to_all;
@@ -328,6 +329,7 @@ model::Traffic traffic_from_json(const nlohmann::json& j) {
   t.broadcast = j.at("broadcast").get<int64_t>();
   t.all_to_all = j.at("all_to_all").get<int64_t>();
   t.reduce_scatters = j.at("reduce_scatters").get<int64_t>();
+  t.all_gathers = j.at("all_gathers").get<int64_t>();
   return t;
 }
 

@@ -106,6 +106,27 @@ class LocateStep(unittest.TestCase):
                                  {"quantity": "unscaled_gradient", "param": "w"})
 
 
+class MastersThatDiffer(unittest.TestCase):
+    """With 16-bit parameters I3 also compares each rank's fp32 master after a step."""
+
+    after = W - W / 100
+
+    def test_a_master_off_in_its_low_digits_is_named_and_padding_is_ignored(self):
+        for rank in (0, 1):
+            observed = a_correct_step(rank, W / 10, W, self.after)
+            self.assertEqual(inside.masters_that_differ(observed, {"w": self.after}, rank, WORLD,
+                                                        PARAMS), [])
+            observed.master_after["w"][0][2] += 0 if rank == 1 else 2.0 ** -20  # rank 1: padding
+            observed.master_after["w"][0][2] += 99.0 if rank == 1 else 0
+            want = ["w"] if rank == 0 else []
+            self.assertEqual(inside.masters_that_differ(observed, {"w": self.after}, rank, WORLD,
+                                                        PARAMS), want)
+
+    def test_a_rank_that_read_no_master_compares_nothing(self):
+        self.assertEqual(inside.masters_that_differ(inside.Observed(), {"w": self.after}, 0,
+                                                    WORLD, PARAMS), [])
+
+
 class LocateBackward(unittest.TestCase):
     grads = [W, 2 * W]  # each rank's gradient
     reduced = W / 2 + 2 * W / 2

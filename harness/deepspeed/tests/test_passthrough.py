@@ -1,5 +1,6 @@
 """Replays in-process: the pass-through engine keeps every invariant; broken engines are caught."""
 
+import json
 import os
 import tempfile
 import unittest
@@ -10,6 +11,7 @@ from . import support
 from zerocheck_ds.engines.adapters import AlreadyInitialized, FaultyAdapter, PassThroughAdapter
 from zerocheck_ds.replay.replay import Replay
 from zerocheck_ds.scenario.scenario import load_scenario
+from zerocheck_ds.world.exchange import Exchange
 from zerocheck_ds.model.tree import RouteCursor, build_tree
 
 
@@ -43,6 +45,49 @@ class PassThroughHoldsEveryInvariant(unittest.TestCase):
         self.assertIn("no module at path '9'", reasons)
         self.assertIn("module '0' parameter 'weight' has no attribute 'partition' to delete", reasons)
         self.assertIn("no engine", reasons)
+
+    def test_a_backward_of_a_loss_that_needs_no_gradient_is_skipped(self):
+        # Every parameter frozen: nothing to back-propagate (SCENARIO_FORMAT.md; the C++
+        # interpreter skips it too), not a RuntimeError of torch's charged to the engine.
+        scenario = {"format": "zerocheck-scenario/2", "world_size": 1, "seed": 3, "features": 1,
+                    "batch": 2, "optimizer": {"kind": "sgd", "lr": 0.1},
+                    "config": {"gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3}},
+                    "tree": [{"kind": "Offset", "shape": [7], "frozen": ["value"]}],
+                    "ops": [{"op": "forward", "route": []}, {"op": "backward"}]}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "frozen.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            result = Replay(load_scenario(path), PassThroughAdapter()).run()
+        self.assertEqual([f.one_line() for f in result.findings], [])
+        self.assertIn("nothing trainable: the loss needs no gradient", skipped_reasons(result))
+
+    def test_a_release_that_keeps_the_model_partitioned_is_caught_by_i4(self):
+        class LeavesNoData(PassThroughAdapter):
+            def release(self, engine):  # as DeepSpeed's destroy() leaves a ZeRO-3 model
+                super().release(engine)
+                for p in engine.module.parameters():
+                    p.data = torch.empty(0)
+
+        scenario = {"format": "zerocheck-scenario/2", "world_size": 1, "seed": 3, "features": 2,
+                    "batch": 2, "optimizer": {"kind": "sgd", "lr": 0.1},
+                    "config": {"gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3}},
+                    "tree": [{"kind": "Linear"}],
+                    "ops": [{"op": "initialize", "optimizer": "same", "target": ""},
+                            {"op": "release"}, {"op": "forward", "route": []}]}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "released.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
+            # With the checks' exchange: the numeric checks (I4 among them) run.
+            kept = Replay(load_scenario(path), PassThroughAdapter(), exchange=Exchange(0, 1)).run()
+            left = Replay(load_scenario(path), LeavesNoData(), exchange=Exchange(0, 1)).run()
+        self.assertEqual([f.one_line() for f in kept.findings], [])
+        given_back = [f for f in left.findings if f.invariant == "I4"]
+        self.assertEqual({(f.op_index, f.attribute) for f in given_back}, {(1, "given back whole")})
+        forward = [f for f in left.findings if f.invariant == "op"]
+        self.assertEqual(len(forward), 1)
+        self.assertEqual((forward[0].op_index, forward[0].after["op_index"]), (2, 1))
 
     def test_names_python_reserves_are_skipped_not_written(self):
         run, result = replay("name_collisions", PassThroughAdapter())

@@ -6,6 +6,9 @@ import inspect
 import types
 import unittest
 
+import torch
+
+from zerocheck_ds.model.tree import RouteCursor
 from zerocheck_ds.replay import attributes, checkpoints, lifecycle, replay, training
 from zerocheck_ds.scenario import schema
 
@@ -35,6 +38,25 @@ class OperationsTest(unittest.TestCase):
     def test_an_operation_in_two_families_fails(self):
         with self.assertRaisesRegex(AssertionError, "'save' is in two families"):
             replay.operation_functions(replay.FAMILIES + (family(save=checkpoints.save),))
+
+
+class UsersOwnForward(unittest.TestCase):
+    """With no engine at the root, the user calls the model with the input as the model takes it."""
+
+    def test_a_model_an_engine_left_in_bf16_gets_its_input_in_bf16(self):
+        torch.manual_seed(0)
+        root = torch.nn.Linear(3, 2).to(torch.bfloat16)  # as a released bf16 engine leaves it
+        user = types.SimpleNamespace(root=root, live=[])
+        x = torch.randn(4, 3)
+        out = training.run_forward(user, x, RouteCursor([]))
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(out, root(x.to(torch.bfloat16))))
+
+    def test_an_fp32_model_gets_the_input_as_it_is(self):
+        root = torch.nn.Linear(3, 2)
+        x = torch.randn(4, 3)
+        out = training.run_forward(types.SimpleNamespace(root=root, live=[]), x, RouteCursor([]))
+        self.assertTrue(torch.equal(out, root(x)))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,34 @@ class I4Keys(unittest.TestCase):
         self.assertEqual(root_causes.cause_title(i4(None)), "I4 backward: released but holding data")
 
 
+class AfterARelease(unittest.TestCase):
+    """The user's forward that fails on what a release left is the release's cause, whatever
+    torch says for each layer; without the release's I4 finding it keeps a key of its own."""
+
+    FREE = "deepspeed/runtime/zero/partition_parameters.py free_param()"
+
+    def failed_forward(self, op_index, message):
+        return {"invariant": "op", "op": "forward", "op_index": op_index, "origin": None,
+                "after": {"action": "release", "op_index": 2, "params": ["0.weight"], "why": "..."},
+                "signature": f"op forward: RuntimeError: {message}"}
+
+    def test_failures_after_the_release_join_its_i4_cause(self):
+        release = dict(i4(self.FREE, rule="given back whole", op="release"), op_index=2)
+        verdict = {"findings": [release, self.failed_forward(4, "mat2 must be a matrix"),
+                                self.failed_forward(6, "size mismatch")]}
+        titles = [t for t, _ in root_causes.scenario_causes(verdict)]
+        self.assertEqual(set(titles), {f"I4 release: given back whole, its data last written by "
+                                       f"{self.FREE}"})
+        self.assertIn(titles[0], root_causes.known_upstream())
+
+    def test_without_the_release_finding_one_key_of_its_own(self):
+        verdict = {"findings": [self.failed_forward(4, "mat2 must be a matrix"),
+                                self.failed_forward(6, "size mismatch")]}
+        titles = {t for t, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {"op forward: after a release that left the model's parameters "
+                                  "without their data"})
+
+
 if __name__ == "__main__":
     unittest.main()
 

@@ -96,7 +96,7 @@ class BadScenarios(unittest.TestCase):
     def test_path_convention(self):
         self.assert_refused(minimal(**{"odd key": 1}),
                             '$["odd key"]: unknown key (expected one of: format, world_size, seed, '
-                            'features, batch, optimizer, config, tree, ops, placement, construct)')
+                            'features, batch, optimizer, config, tree, ops, placement, construct, overflow_protection)')
         self.assert_refused(minimal(tree=[{"kind": "Expert", "param_attrs": {"linear.weight": [{"name": "", "value": 1}]}}]),
                             '$.tree[0].param_attrs["linear.weight"][0].name: the empty name is not an attribute name')
         self.assert_refused(minimal(placement={"kind": "map", "owners": {"é \"q\"": 1}}),

@@ -98,5 +98,35 @@ class Step(unittest.TestCase):
         self.assertTrue(torch.equal(dense.masters()["weight"], model.weight.detach().float()))
 
 
+class Load(unittest.TestCase):
+    """R10: what a load restores under bf16 parameters."""
+
+    def saved_then_stepped(self):
+        model, dense = Step.make(self)
+        x, y = torch.ones(4, 3), torch.zeros(4, 2)
+        dense.forward([(x, y)], lambda: None)
+        dense.backward()
+        dense.step()
+        saved = dense.snapshot()
+        # The master holds digits below bf16 (a step smaller than an ulp), so the two loads differ.
+        self.assertFalse(torch.equal(saved["masters"]["weight"], saved["values"]["weight"].float()))
+        dense.forward([(x, y)], lambda: None)
+        dense.backward()
+        dense.step()
+        return model, dense, saved
+
+    def test_with_the_optimizers_states_the_saved_fp32_master_comes_back(self):
+        model, dense, saved = self.saved_then_stepped()
+        dense.restore(saved, optimizer_states=True)
+        self.assertTrue(torch.equal(dense.masters()["weight"], saved["masters"]["weight"]))
+        self.assertTrue(torch.equal(model.weight.detach(), saved["values"]["weight"]))
+
+    def test_without_them_the_master_is_rebuilt_from_the_bf16_parameter(self):
+        model, dense, saved = self.saved_then_stepped()
+        dense.restore(saved, optimizer_states=False)
+        self.assertTrue(torch.equal(model.weight.detach(), saved["values"]["weight"]))
+        self.assertTrue(torch.equal(dense.masters()["weight"], saved["values"]["weight"].float()))
+
+
 if __name__ == "__main__":
     unittest.main()

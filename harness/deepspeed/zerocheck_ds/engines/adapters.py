@@ -18,7 +18,7 @@ import torch
 
 from ..model import twin
 from ..model.tree import run_module
-from ..oracles.engine_state import EngineState, ParamState
+from ..oracles.engine_state import EngineState, ParamState, StateUnavailable
 from ..scenario.config_errors import config_problem
 
 
@@ -150,6 +150,12 @@ class Adapter:
     def load_universal(self, engine, directory, tag):
         """Restores `engine` from the converted checkpoint `tag` under `directory`."""
         raise UniversalUnsupported(f"the {self.name} engine has no universal checkpoint")
+
+    def overflow_state(self, engine):
+        """I11's view of this rank after a step (oracles/overflow.py): {"skipped_steps",
+        "global_steps", "norm", "nonfinite": [kinds of state holding a NaN or inf]}. Raises when
+        the engine does not skip steps (I11 is then not checked, with the reason)."""
+        raise StateUnavailable(f"{self.name} does not report skipped steps")
 
     def checkpoint_state(self, engine):
         """Returns what a checkpoint must restore, as held on this rank (I6):

@@ -59,6 +59,23 @@ _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PO
                    "ZEROCHECK_DS_REPLY_FD")
 
 
+# Tests only (the upstream overflow ctests): DeepSpeed's CPU accelerator refuses fp16 at
+# initialize (v0.14.5: runtime/engine.py:1071-1072; master: runtime/engine.py:1679,
+# accelerator/cpu_accelerator.py:228-239 where oneDNN lacks fp16); with this variable "1" the
+# adapter says fp16 is supported, as harness/deepspeed/probes/precision/overflow_probe.py's
+# --allow-cpu-fp16 does, so ZeRO's fp16 overflow skip can be judged (I11) on models torch can run
+# in fp16 on CPU.
+ALLOW_CPU_FP16 = "ZEROCHECK_DS_ALLOW_CPU_FP16"
+
+
+def _allow_cpu_fp16():
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    accelerator.is_fp16_supported = lambda: True
+    accelerator.supported_dtypes = lambda: [torch.float, torch.bfloat16, torch.float16]
+
+
 class DeepSpeedAdapter(Adapter):
     name = "deepspeed"
     # DeepSpeed's training loop is forward, backward, step: a step with no backward since the
@@ -77,6 +94,8 @@ class DeepSpeedAdapter(Adapter):
                 f"or use --adapter passthrough or --adapter faulty.") from None
         self._deepspeed = deepspeed
         self._inside = {}  # id(engine) -> its ZeRO-3 capture (zero3_inside.py) or None
+        if os.environ.get(ALLOW_CPU_FP16) == "1":
+            _allow_cpu_fp16()
 
     def version(self):
         return str(getattr(self._deepspeed, "__version__", "unknown"))
@@ -229,6 +248,32 @@ class DeepSpeedAdapter(Adapter):
                            flat_partitions=[t.detach().reshape(-1) for t in partitions],
                            flat_group_names=[[names.get(id(p), "?") for p in g] for g in groups],
                            optimizer_state_numels=state_numels, steps=steps)
+
+    def overflow_state(self, engine):
+        """I11's view of this rank after a step (oracles/overflow.py): `skipped_steps`,
+        `global_steps`, the reported norm, the optimizer's loss scale, and which of the weights, fp32 master and optimizer
+        state fields hold a NaN or inf on this rank (a ZeRO-3 partition's padding left out:
+        DeepSpeed allocates it uninitialised)."""
+        rank, names = _rank(), {name for name, _ in engine.module.named_parameters()}
+        kinds = set()
+        for (name, field), (tensor, whole) in self.checkpoint_state(engine).items():
+            t = tensor.detach().reshape(-1)
+            if whole is not None and name in names:
+                # This rank's elements of a partition of `whole`: the padding is the tail.
+                t = t[:max(0, min(t.numel(), whole - rank * t.numel()))]
+            if t.numel() and not bool(torch.isfinite(t.float()).all()):
+                kinds.add({"value": "weights", "master": "fp32 master"}.get(field,
+                                                                           f"optimizer {field}"))
+        if int(engine.zero_optimization_stage()) != 3:
+            for _, p in engine.module.named_parameters():
+                if p.data.numel() and not bool(torch.isfinite(p.data.float()).all()):
+                    kinds.add("weights")
+        norm = engine.get_global_grad_norm()
+        norm = None if norm is None else float(norm)
+        scale = getattr(getattr(engine, "optimizer", None), "loss_scale", None)
+        return {"skipped_steps": int(engine.skipped_steps), "global_steps": int(engine.global_steps),
+                "norm": norm, "nonfinite": sorted(kinds),
+                "loss_scale": None if scale is None else float(scale)}
 
     # ---- checkpoints (engine.save_checkpoint / engine.load_checkpoint) ------------------------
 

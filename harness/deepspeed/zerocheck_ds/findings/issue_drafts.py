@@ -68,6 +68,7 @@ _PLAIN_MEANING = schema.some("invariants", {
     "I5": "ZeRO-3: a repeated or refused `deepspeed.initialize` is not refused cleanly",
     "I6": "ZeRO-3: `load_checkpoint` does not restore what was saved",
     "I9": "ZeRO-3's ranks disagree on what they hold",
+    "I11": "ZeRO does not handle a step whose gradients hold a NaN or inf as it promises",
 })
 
 

@@ -61,6 +61,10 @@ def cause_title(finding, first_i3=None):
         finding = first_i3
     stage = re.search(r" \[ZeRO stage \d\]$", finding.get("signature", ""))
     suffix = stage.group(0) if stage else ""
+    if invariant == "op" and not origin and (finding.get("after") or {}).get("action") == "release":
+        # Its release's I4 cause where I4 ran (scenario_causes); this key where it did not.
+        return (f"op {finding.get('op')}: after a release that left the model's parameters "
+                f"without their data{suffix}")
     if origin and invariant not in NEW_INVARIANTS:
         verb = {"raised": "raised in", "registered": "hook registered by"}.get(
             origin.get("action"), "written by")
@@ -130,11 +134,21 @@ def _i3_title(finding, suffix):
 
 
 def scenario_causes(verdict):
-    """[(cause title, finding)] for every finding of one verdict, in order."""
+    """[(cause title, finding)] for every finding of one verdict, in order. An operation that
+    failed on what an earlier release left (its `after`) belongs to that release's
+    I4 cause when the verdict has it: one bug, whatever torch's message for each layer."""
     i3 = [f for f in verdict["findings"] if f.get("invariant") == "I3"]
     first = min(i3, key=lambda f: (f.get("op_index") if f.get("op_index") is not None else -1),
                 default=None)
-    return [(cause_title(f, first), f) for f in verdict["findings"]]
+    titles = [cause_title(f, first) for f in verdict["findings"]]
+    for i, f in enumerate(verdict["findings"]):
+        after = f.get("after") or {}
+        if f.get("invariant") == "op" and not f.get("origin") and after.get("action") == "release":
+            release = [t for t, g in zip(titles, verdict["findings"])
+                       if g.get("invariant") == "I4" and g.get("op_index") == after["op_index"]]
+            if release:
+                titles[i] = release[0]
+    return list(zip(titles, verdict["findings"]))
 
 
 def group(verdicts, limits=()):

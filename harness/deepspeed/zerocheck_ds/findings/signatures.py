@@ -97,6 +97,8 @@ def _signature(finding):
         if attribute == "outcome":
             return f"I10 {op}: the replay with the inert knobs drawn again ended in a {finding.get('actual')}"
         return f"I10 {op}: {attribute} change when the inert knobs change"
+    if invariant == "I11":  # the part of the overflow contract broken (oracles/overflow.py)
+        return f"I11 {op}: {attribute}"
     return f"{invariant} {op}: {exception or finding.get('message', '')}"
 
 

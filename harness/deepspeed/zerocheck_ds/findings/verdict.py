@@ -14,12 +14,13 @@ from ..scenario import schema
 
 # The invariants an upstream replay checks (rows of the schema's table),
 # and the other ways a replay fails: an operation raised, a rank process died or hung.
-CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I3", "I4", "I5", "I6", "I9", "I10")
+CHECKED_INVARIANTS = schema.some("invariants", "I1", "I2", "I3", "I4", "I5", "I6", "I9", "I10",
+                                 "I11")
 FAILURES = ("op", "crash", "hang")
-# The invariants numerics.py (I3, I4, I9), checkpoints.py (I6) and the suite's second replay
-# (I10, oracles/inert_knobs.py) check, each check counted as made or not made (with the reason);
+# The invariants numerics.py (I3, I4, I9; I11 through oracles/overflow.py), checkpoints.py (I6)
+# and the suite's second replay (I10, oracles/inert_knobs.py) check, each check counted as made or not made (with the reason);
 # each can be switched off (--disable, --ablate).
-NEW_INVARIANTS = schema.some("invariants", "I3", "I4", "I6", "I9", "I10")
+NEW_INVARIANTS = schema.some("invariants", "I3", "I4", "I6", "I9", "I10", "I11")
 
 
 @dataclass
@@ -70,6 +71,9 @@ class Finding:
     ranks: list = field(default_factory=list)
     # The upstream code that wrote the attribute (I1, I2) or raised: provenance.Origin.to_json().
     origin: object = None
+    # An operation's failure that follows from what an earlier one left, where no upstream code
+    # raised it: {"action": "release", "op_index", "params", "why"} (replay/training.py).
+    after: object = None
 
     def __post_init__(self):
         assert self.invariant in CHECKED_INVARIANTS + FAILURES, self.invariant

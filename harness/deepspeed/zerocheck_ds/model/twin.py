@@ -147,6 +147,15 @@ def precision_not_followed(config, world_size=1):
     return tuple(keys)
 
 
+def replaced_first(tensor, value):
+    """A copy of `tensor` whose flat element 0 is `value` (an empty tensor stays as it is): what
+    an injection does to an input batch or a gradient (replay/injection.py)."""
+    out = tensor.clone()
+    if out.numel():
+        out.view(-1)[0] = value
+    return out
+
+
 def reduce_gradients(grads, world_size, divide_before_sum):
     """Reduces per-rank gradients (None: the rank had none) in rank order: sum_r fl(g_r / N)
     (DeepSpeed) or fl(sum_r g_r) / N (zerocheck, plain PyTorch); None where no rank had one. A
@@ -293,20 +302,33 @@ class DenseTwin:
     def drop_pending(self):
         self._pending = []
 
-    def backward(self):
-        """Back-propagates every rank's pending loss; returns the names that got a gradient."""
+    def backward(self, loss_factors=None, gradient_edits=None):
+        """Back-propagates every rank's pending loss; returns the names that got a gradient.
+
+        Injections (replay/injection.py): `loss_factors` {rank: value} multiplies that rank's
+        loss before the engine's scaling (the user's loss); `gradient_edits` {rank: (name,
+        value)} replaces element 0 of that rank's gradient of `name` before any reduction. Their
+        non-finite values then flow as the engine's arithmetic carries them: no skip."""
         pending, self._pending = self._pending, []
+        loss_factors, gradient_edits = loss_factors or {}, gradient_edits or {}
         names = [n for n, p in self.params if p.requires_grad]
         tensors = [p for _, p in self.params if p.requires_grad]
         if not pending or not tensors or not pending[0].requires_grad:
             return set()
         per_rank = []
-        for loss in pending:
+        for rank, loss in enumerate(pending):
+            if rank in loss_factors:
+                loss = loss * loss_factors[rank]
             if self.training.gas_scaling == "loss" and self.accumulation_steps > 1:
                 # v0.14.5 divides the loss in fp32 (runtime/engine.py:1986-1987): a bf16 loss's
                 # gradient is fp32(1 / GAS) rounded to bf16, not 1 / GAS in bf16.
                 loss = loss.float() / self.accumulation_steps
-            per_rank.append(torch.autograd.grad(loss, tensors, allow_unused=True))
+            grads = list(torch.autograd.grad(loss, tensors, allow_unused=True))
+            edit = gradient_edits.get(rank)
+            if edit is not None and edit[0] in names and grads[names.index(edit[0])] is not None:
+                i = names.index(edit[0])
+                grads[i] = replaced_first(grads[i], edit[1])
+            per_rank.append(grads)
         reached = set()
         self.last_gradients = {}
         for i, name in enumerate(names):
@@ -340,17 +362,20 @@ class DenseTwin:
             return False
         # The optimizer's fp32 gradient (the accumulated one widened: stage3.py:1851-1858
         # (v0.14.5)); what the engine hands its clip (inside.py compares it before the clip).
-        self._reduced = {name: g.float() for name, g in self._reduced.items()}
+        # In fp32 these are the accumulated tensors themselves, which zerocheck's engine keeps
+        # clipped until zero_grad; a 16-bit accumulation stays in its dtype and the clip
+        # multiplies the widened copy, as both engines do.
+        handed = {name: g.float() for name, g in self._reduced.items()}
         used = {name: (g.clone(), self._magnitude.get(name, torch.zeros_like(g)).clone())
-                for name, g in self._reduced.items()}
+                for name, g in handed.items()}
         clipped = {}
         with torch.no_grad():
-            self._clip()
+            self._clip(handed)
             for name, p in self.params:
                 if not p.requires_grad:
                     continue
                 master = self._masters[name]
-                grad = self._reduced.get(name)
+                grad = handed.get(name)
                 if grad is None and self.training.step_without_gradient:
                     grad = torch.zeros_like(master)
                     used[name] = (grad.clone(), torch.zeros_like(master))
@@ -369,13 +394,13 @@ class DenseTwin:
             self._reduced, self._magnitude, self._reductions = {}, {}, 0
         return True
 
-    def _clip(self):
-        """Clips the accumulated gradients in place, as the engine clips its gradient partitions
-        (zerocheck's keep them clipped until zero_grad)."""
+    def _clip(self, gradients):
+        """Clips `gradients` ({name: the fp32 gradient handed to the optimizer}) in place, as
+        the engine clips its gradient partitions."""
         rules = self.training
         if rules.gradient_clipping > 0:
-            clip_gradients([self._reduced[n] for n, p in self.params
-                            if p.requires_grad and n in self._reduced],
+            clip_gradients([gradients[n] for n, p in self.params
+                            if p.requires_grad and n in gradients],
                            rules.gradient_clipping, rules.nonfinite_norm)
 
     def zero_grad(self):
@@ -407,13 +432,19 @@ class DenseTwin:
         """Loads `snapshot` (of this target): the parameters, and the optimizer's state unless
         `optimizer_states` is false (it then stays as it is). What was accumulated since the last
         step and the micro-step count stay: a load restores neither (DeepSpeed's engine keeps its
-        micro_steps and gradient partitions)."""
+        micro_steps and gradient partitions).
+
+        With 16-bit parameters (R10, docs/deepspeed-precision.md): a load with the optimizer's
+        states restores the saved fp32 masters and rounds them into the parameters
+        (stage3.py _rigid_load_state_dict); one without them loads no ZeRO checkpoint and rebuilds
+        the masters from the 16-bit parameters (`_restore_from_bit16_weights`: engine.py:2814-2821
+        (v0.14.5), :4331-4344 (master)), so the fp32 digits below bf16 are lost."""
         self._pending = []
         with torch.no_grad():
             for name, p in self.params:
                 p.copy_(snapshot["values"][name])
                 if p is not self._masters[name]:
-                    self._masters[name].copy_(snapshot["masters"][name])
+                    self._masters[name].copy_(snapshot["masters"][name] if optimizer_states else p)
         if optimizer_states and self._optimizer is not None:
             self._optimizer.state.clear()
             for name, _ in self.params:

@@ -226,6 +226,17 @@ def locate_step(observed, used, clipped, before, after, rank, world_size, params
     return None
 
 
+def masters_that_differ(observed, after, rank, world_size, params):
+    """The parameters whose fp32 master on this rank, as the optimizer step left it, differs
+    from the twin's (`after`: {name: the twin's master after its step}), in the engine's order.
+    With 16-bit parameters the values round the master away: a master one bf16 ulp off in its
+    low digits shows in no value until later steps, or never."""
+    return [name for name, _ in params
+            if observed.master_after.get(name) and after.get(name) is not None
+            and not _equal(this_ranks_part(after[name], rank, world_size),
+                           observed.master_after[name][-1])]
+
+
 def locate_load(observed, values, optimizer_state, rank, world_size, params):
     """The first restored field that differs from the twin's after a load, as {"quantity",
     "param", "field", "file", "function", "restored"}, or None. `values`: {name: the twin's value

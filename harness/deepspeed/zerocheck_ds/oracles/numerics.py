@@ -4,6 +4,10 @@ I3  after every forward, this rank's loss equals the dense twin's loss for its m
     every operation while an engine trains the model, every parameter, assembled from the ranks'
     shards (stage 3) or flat partitions (stages 1, 2) with plain torch.distributed, and every
     copy a rank holds whole, equals the twin's (twin.py, under the engine's training rules).
+    With 16-bit parameters, after every optimizer step at world 2 at most, also each rank's fp32
+    master (read inside the step, inside.py): the bf16 value rounds a master's low digits away,
+    so a wrong accumulation or reduce can leave every value right for steps while the state the
+    optimizer carries forward has already parted (an "fp32 master" finding).
 I4  the partitions hold what the partition model (partition_model.py) says, after the operations
     where DeepSpeed promises it: every shard ceil(n/W) elements, a released parameter holds no
     data, everything partitioned after initialize, after a boundary step the persistent
@@ -32,16 +36,19 @@ never as a finding about the engine.
 
 import hashlib
 import inspect
+import math
 import traceback
 
 import torch
 
 from ..findings.verdict import NEW_INVARIANTS, Finding, Tally
 from ..model import partition_model, seeded, twin
+from ..model.twin import replaced_first
 from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
 from . import inside
+from .overflow import OverflowChecks
 from .engine_state import StateUnavailable
 
 _AFTER_FIRST_STEP = ("world >= 3 after the first optimizer step: Gloo's sum order compounds "
@@ -106,10 +113,11 @@ def _digest(tensor):
 
 
 class NumericChecks:
-    """The I3, I4 and I9 oracles of one replay on one rank."""
+    """The I3, I4 and I9 oracles of one replay on one rank, and I11's (overflow.py), whose every
+    rank's view rides on the same object exchange."""
 
     def __init__(self, scenario, rank, world_size, exchange, make_optimizer, disabled=(),
-                 tally=None, writers=None):
+                 tally=None, writers=None, config=None, column="master"):
         self.scenario = scenario
         # Who last wrote a field I4 and I9 judge (provenance.Audit: last(obj, name) -> an Origin
         # or None, watch_also(obj)); None: the keys name the rule or field alone.
@@ -120,6 +128,11 @@ class NumericChecks:
         self._make_optimizer = make_optimizer
         self.enabled = set(NEW_INVARIANTS) - set(disabled)
         self.tally = tally if tally is not None else Tally()
+        # I11 (overflow.py): the promise of the version `column` for the replay's `config` (its
+        # stage may be the suite's --stage); it rides on this class's object exchange.
+        self._overflow = None
+        if "I11" in self.enabled:
+            self._overflow = OverflowChecks(config or scenario.config, column, self.tally)
         self._reference = None  # a pristine build of the model: shapes and the twin's copy
         self._twin = None
         self._training = None
@@ -127,11 +140,13 @@ class NumericChecks:
         if world_size != scenario.world_size:
             self._stopped = (f"replayed on {world_size} ranks, the scenario has "
                              f"{scenario.world_size}")
-        unfollowed = twin.precision_not_followed(scenario.config, scenario.world_size)
+        # The replay's config: the suite's --stage may have changed the scenario's stage.
+        unfollowed = twin.precision_not_followed(config or scenario.config, scenario.world_size)
         if self._stopped is None and unfollowed:
             self._stopped = (f"the twin does not follow this precision; in effect: "
                              f"{', '.join(unfollowed)}")
         self._engine_started = False  # an engine was created (the first one: I4 after initialize)
+        self._parted = False  # I3 saw the engine part from the twin (its numbers no oracle's now)
         self._user_optimizer_wrapped = False
         self._micro_steps = 0
         self._boundaries = 0  # optimizer steps so far, every engine's
@@ -170,6 +185,9 @@ class NumericChecks:
         """A non-repeated initialize created an engine over `target_path`."""
         first = not self._engine_started
         self._engine_started = True
+        if self._overflow is not None:
+            self._overflow.initialized(n for n, p in self._reference_model().named_parameters()
+                                       if p.requires_grad)
         self._micro_steps = 0
         self._reached = set()  # a new engine's first step starts from no gradient
         self._event = "initialized" if first else "reinitialized"
@@ -206,9 +224,13 @@ class NumericChecks:
         elif not clean:
             self.stop("a repeated initialize failed or changed the model")
 
-    def forward(self, index, route, loss, through_engine):
-        """A training forward on this rank; `loss` is its loss tensor (None when it raised)."""
+    def forward(self, index, route, loss, through_engine, inputs=None):
+        """A training forward on this rank; `loss` is its loss tensor (None when it raised).
+        `inputs` {rank: value}: the injections this forward consumed (element 0 of that rank's
+        input batch is the value, replay/injection.py)."""
         self._pending_loss = None
+        if self._overflow is not None:
+            self._overflow.forward(inputs)
         if loss is None:
             return self.stop("a forward raised")
         if not through_engine or not self._following():
@@ -217,12 +239,28 @@ class NumericChecks:
             return None
         batches = [seeded.micro_batch(self.scenario.seed, index, r, self.scenario.batch,
                                       self.scenario.features) for r in range(self.world_size)]
+        for rank, value in (inputs or {}).items():
+            if rank < len(batches):
+                batches[rank] = (replaced_first(batches[rank][0], value), batches[rank][1])
         losses = self._twin_does(lambda: self._twin.forward(batches, lambda: RouteCursor(route)))
         if losses is not None:
             self._pending_loss = (float(loss.detach().float().item()), losses[self.rank])
         return None
 
-    def backward(self, index, ok, through_engine):
+    def backward(self, index, ok, through_engine, losses=None, gradients=None):
+        """A backward on this rank; `losses` {rank: factor} and `gradients` {rank: (name, value)}
+        are the injections it consumed (the twin applies every rank's)."""
+        nonfinite = None  # the twin's say: did any rank's gradient hold a NaN or inf
+        try:
+            return self._backward(ok, through_engine, losses, gradients)
+        finally:
+            if self._overflow is not None:
+                if self._following() and self._twin_inside and self._twin_inside[0] == "backward":
+                    nonfinite = any(g is not None and not bool(torch.isfinite(g.float()).all())
+                                    for grads in self._twin_inside[1].values() for g in grads)
+                self._overflow.backward(ok and through_engine, losses, gradients, nonfinite)
+
+    def _backward(self, ok, through_engine, losses, gradients):
         if not ok:
             return self.stop("a backward raised")
         if not through_engine:
@@ -230,7 +268,7 @@ class NumericChecks:
                 self.stop("a backward before any engine: the user's own autograd left .grad")
             return None
         if self._following():
-            reached = self._twin_does(self._twin.backward)
+            reached = self._twin_does(lambda: self._twin.backward(losses, gradients))
             if reached is not None and self._following():
                 self._reached |= reached
                 self._twin_inside = ("backward", dict(self._twin.last_gradients),
@@ -244,12 +282,16 @@ class NumericChecks:
         boundary = self._micro_steps % self.scenario.config["gradient_accumulation_steps"] == 0
         self._event = "boundary" if boundary else None
         self._boundaries += boundary
+        norm = None  # the twin's 2-norm of the gradients its optimizer stepped with (I11)
         if self._following():
             before = self._twin.masters()  # the fp32 masters the optimizer steps
             if self._twin_does(self._twin.step):
                 used = {name: grad for name, (grad, _) in self._twin.last_step[0].items()}
                 after = self._twin.masters()
                 self._twin_inside = ("step", used, dict(self._twin.last_clipped), before, after)
+                norm = math.sqrt(sum(float(g.double().norm(2)) ** 2 for g in used.values()))
+        if self._overflow is not None:
+            self._overflow.step(norm if self._following() and not self._parted else None)
         if boundary:
             self._with_gradient, self._reached = self._reached, set()
         return None
@@ -268,6 +310,8 @@ class NumericChecks:
             self._twin.drop_pending()
 
     def released(self):
+        """Every engine let go of the model: I4 then checks it was given back whole."""
+        self._event = "released"
         if self._twin is not None:
             self._twin.drop_pending()
 
@@ -331,16 +375,14 @@ class NumericChecks:
 
     def loaded(self, tag, target_path, optimizer_states, module_only):
         """A load succeeded: the twin resumes from its checkpoint of the same tag."""
+        if self._overflow is not None:
+            self._overflow.loaded()
         path, snapshot = self._twin_snapshots.get(self._twin_latest if tag is None else tag,
                                                   (None, None))
         if not self._following():
             return
         if snapshot is None or path != target_path:
             return self.stop("a load of a checkpoint saved while the twin did not follow")
-        if self._training.precision.mixed:
-            # Which of the fp32 master and the 16-bit values each kind of load restores is not
-            # read from DeepSpeed's code yet (issue 40).
-            return self.stop("a load under 16-bit parameters: not followed yet")
         self._twin_does(lambda: self._twin.restore(
             snapshot, optimizer_states=optimizer_states and not module_only))
         if self._following():  # what each restored field must hold: the twin's after its load
@@ -362,6 +404,7 @@ class NumericChecks:
         findings = []
         if pending_loss is not None and "I3" in self.enabled:
             findings += self._loss_check(index, op, *pending_loss)
+            self._parted = self._parted or bool(findings)
         state, unavailable = None, None
         if len(live) == 1:
             try:
@@ -383,15 +426,23 @@ class NumericChecks:
         mine = {"engines": len(live), "state": summary, "unavailable": unavailable,
                 "plan": plan[0] if plan else None,
                 "inside": self._locate(twin_inside, observed, expected),
-                "writers": self._field_writers(objects, live)}
+                "masters": self._masters_that_differ(twin_inside, observed, expected),
+                "writers": self._field_writers(objects, live),
+                "overflow": (self._overflow.observation(live, adapter)
+                             if self._overflow is not None else None)}
         try:
             everyone = self._exchange.objects(mine)
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         self._first_located(index, op, [s.get("inside") for s in everyone])
+        if self._overflow is not None:
+            findings += self._safely(index, op, "I11", lambda: self._overflow.judge(
+                index, op, [s.get("overflow") for s in everyone]))
         if "I9" in self.enabled:
             self.tally.done("I9")
             findings += self._safely(index, op, "I9", lambda: self._agreement(index, op, everyone))
+        if event == "released" and "I4" in self.enabled:
+            findings += self._safely(index, op, "I4", lambda: self._given_back(index, op))
         if not live:
             return findings
         if state is None:
@@ -413,10 +464,12 @@ class NumericChecks:
         except ExchangeError as e:
             return findings + [self._exchange_failed(index, op, e)]
         if "I3" in self.enabled:
+            masters = sorted({name for s in everyone for name in s.get("masters") or ()})
             parity = self._safely(index, op, "I3", lambda: self._parity(
                 index, op, state, self._assemble(state, expected, gathered),
-                stepped=event == "boundary", objects=objects))
+                stepped=event == "boundary", objects=objects, masters=masters))
             findings += parity
+            self._parted = self._parted or bool(parity)
             if (not parity and self._located is not None and self._located["op_index"] == index
                     and self._located["function"] == inside.GATHER_FUNCTION):
                 # A gather's copy that differed but left the values right (its late data landed
@@ -533,7 +586,10 @@ class NumericChecks:
             message=f"rank {self.rank}'s loss {mine!r} differs from the dense twin's {twin_loss!r} "
                     f"for its micro-batch")]
 
-    def _parity(self, index, op, state, assembled, stepped=False, objects=None):
+    def _parity(self, index, op, state, assembled, stepped=False, objects=None, masters=()):
+        """I3 findings: each parameter whose value (assembled from the shards, or a whole copy)
+        differs from the twin's; with 16-bit parameters also each whose fp32 master some rank
+        saw differ after a step (`masters`, _masters_that_differ) while its value agrees."""
         if not self._following():
             self.tally.skip("I3", self._stopped or "no engine the twin follows")
             return []
@@ -578,6 +634,17 @@ class NumericChecks:
                     message=f"parameter {p.name!r} ({what}) differs from the dense twin's after "
                             f"op {index} ({op}): {describe_gap(gap)}"))
                 break  # the assembled copy speaks for the parameter; a whole copy only alone
+        differing = {f.module_path + "." + f.param if f.module_path else f.param for f in findings}
+        for name in masters:
+            if name in differing or name not in values:
+                continue
+            findings.append(Finding(
+                invariant="I3", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2], attribute="fp32 master",
+                expected="the dense twin's fp32 master", actual="differs on some rank",
+                origin=self._origin(name, stepped),
+                message=f"parameter {name!r}'s fp32 master differs from the dense twin's after "
+                        f"op {index} ({op}), though its 16-bit value agrees"))
         return findings
 
     # ---- I3's root cause: where inside the operation the engine first parts from the twin --------
@@ -622,6 +689,21 @@ class NumericChecks:
                                       self.world_size, params)
         except Exception:  # noqa: BLE001 - never a finding: the root cause falls back
             return None
+
+    def _masters_that_differ(self, twin_inside, observed, expected):
+        """After a step with 16-bit parameters, the parameters whose fp32 master on this rank
+        differs from the twin's ([]: none, or not compared). Where _locate compares: the twin's
+        bits are the engine's at world 2 at most."""
+        if (twin_inside is None or twin_inside[0] != "step" or observed is None
+                or "I3" not in self.enabled or self.world_size > 2 or not self._following()
+                or not self._training.precision.mixed):
+            return []
+        try:
+            return inside.masters_that_differ(
+                observed, twin_inside[4], self.rank, self.world_size,
+                [(name, numel) for name, _, numel, grad in expected if grad])
+        except Exception:  # noqa: BLE001 - the values are still compared
+            return []
 
     def _first_located(self, index, op, everyone):
         """Keeps the scenario's first place where the engine parts from the twin (the earliest
@@ -835,6 +917,27 @@ class NumericChecks:
                     f"rank {self.rank}'s optimizer state {field_name!r} holds {numel} elements, "
                     f"not its partition's {group.partition}")
 
+    def _given_back(self, index, op):
+        """I4 after a release: the engine lets go of the model with every parameter whole again
+        (SCENARIO_FORMAT.md, `release`): each holds the elements the scenario gives it."""
+        self.tally.done("I4")
+        numels = {n: p.numel() for n, p in self._reference_model().named_parameters()}
+        findings = []
+        for name, p in self._root.named_parameters():
+            numel, held = numels.get(name), p.data.numel()
+            if numel is None or held == numel:
+                continue
+            writer = self._writer(p, "data")
+            findings.append(Finding(
+                invariant="I4", op_index=index, op=op, module_path=self._module_of(name),
+                param=name.rpartition(".")[2], attribute="given back whole",
+                expected=f"{numel} elements", actual=f"{held} elements",
+                origin={"action": "left", "attribute": "data", "writer": writer} if writer else None,
+                message=f"after op {index} ({op}) parameter {name!r} holds {held} of its {numel} "
+                        f"elements: the release did not give the model back whole"
+                        + (f"; its data was last written by {writer}" if writer else "")))
+        return findings
+
     # ---- I9 -----------------------------------------------------------------------------------
 
     def _summary(self, state):
@@ -851,9 +954,11 @@ class NumericChecks:
 
     def _agreement(self, index, op, everyone):
         # Where the engine parts from the twin is each rank's own view (I3's), and who wrote a
-        # field says where a disagreement comes from: neither is one itself.
+        # field says where a disagreement comes from: neither is one itself. I11's view is its own
+        # (a rank holds its own partition's non-finite values).
         writers = [s.get("writers") or {} for s in everyone]
-        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers")} for s in everyone]
+        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers", "overflow")}
+                    for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}

@@ -62,6 +62,11 @@ class PlacementOracle:
                 except WriteSkipped as e:
                     self.skipped.append((f"placement.owners[{path!r}]", str(e)))
 
+    @property
+    def placed_paths(self):
+        """The paths of the modules the policy places (an engine places them on an owner)."""
+        return list(self._placed)
+
     def check(self, op_index, op):
         """Returns a finding per placed module whose computed owner changed."""
         findings = []

@@ -59,17 +59,24 @@ def skip(replay, label, what, reason):
                                   "reason": reason})
 
 
-def attempt(replay, label, action):
-    """Runs `action`: returns (True, result), or (False, None) after reporting its error."""
+def attempt(replay, label, action, cause=None):
+    """Runs `action`: returns (True, result), or (False, None) after reporting its error.
+    `cause()`: called only when no upstream frame raised it: what earlier operation left the
+    state it failed on (the finding's `after`), or None."""
     try:
         return True, action()
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # SystemExit from a library is a finding too, not our exit
-        report(replay, [raised_by(replay, Finding(
+        finding = raised_by(replay, Finding(
             invariant="op", op_index=replay.index, op=label, expected="no exception",
             actual=type(e).__name__, exception=f"{type(e).__name__}: {e}",
-            message=f"{label} raised {type(e).__name__}: {e}"), e)])
+            message=f"{label} raised {type(e).__name__}: {e}"), e)
+        if finding.origin is None and cause is not None:
+            finding.after = cause()
+            if finding.after is not None:
+                finding.message += f" ({finding.after['why']})"
+        report(replay, [finding])
         return False, None
 
 

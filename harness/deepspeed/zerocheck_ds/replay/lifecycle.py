@@ -64,6 +64,7 @@ def release_all(replay, label):
     replay.accepted_repeats.clear()
     replay.managed.clear()
     replay.loss_engine = None
+    replay.last_release = replay.index
     if replay.numerics is not None:
         replay.numerics.released()
 

@@ -24,7 +24,9 @@ from ..oracles import numerics, oracles
 from ..oracles import inert_knobs
 from ..oracles.ledger import AttributeLedger
 from ..scenario import schema
+from ..scenario.config import precision_column
 from . import attributes, checkpoints, checks, lifecycle, training
+from .injection import Injections
 from .trace import Trace
 from .state import ReplayResult, make_optimizer, trainable_parameters
 
@@ -95,7 +97,9 @@ class Replay:
         self.managed = oracles.ManagedObjects()
         self.loss = None
         self.loss_engine = None
+        self.last_release = None  # the op index of the last release or destroy that ran
         self.backward_since_step = False
+        self.injections = Injections()  # the world's armed inject operations (injection.py)
         self.config = copy.deepcopy(scenario.config)
         if stage is not None:
             self.config["zero_optimization"]["stage"] = stage
@@ -111,6 +115,10 @@ class Replay:
         self._make_checks(exchange, disabled)
         self.trace = Trace() if trace else None
         self.knob_seed = knob_seed
+        if scenario.overflow_protection is not None:
+            checks.skip(self, "", "overflow_protection",
+                        "an option of the zerocheck engine only; DeepSpeed has no such key (only "
+                        "the fp16 loss scaler skips steps there), so this replay ignores it")
         if world_size != scenario.world_size:
             checks.skip(self, "", "world size",
                         f"the scenario asks for {scenario.world_size} ranks, replayed on "
@@ -127,7 +135,8 @@ class Replay:
             self.numerics = numerics.NumericChecks(
                 scenario, self.rank, self.world_size, exchange,
                 lambda params: make_optimizer(scenario.optimizer, scenario.lr, params), disabled,
-                self.tally, writers=self.audit)
+                self.tally, writers=self.audit, config=self.config,
+                column=precision_column(self.adapter.version()))
         self.checkpoints = None
         if exchange is not None and "I6" not in disabled:
             self.checkpoints = checkpoint_checks.CheckpointChecks(self.rank, self.world_size,
@@ -179,6 +188,7 @@ class Replay:
         for what, reason in self.ledger.apply_tree(self.scenario):
             checks.skip(self, "", what, reason)
         self.placement = oracles.PlacementOracle(self.scenario, self.ledger)
+        self.injections.placed = self.placement.placed_paths
         for what, reason in self.placement.skipped:
             checks.skip(self, "", what, reason)
         self.user_optimizer = make_optimizer(self.scenario.optimizer, self.scenario.lr,

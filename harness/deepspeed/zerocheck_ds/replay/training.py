@@ -1,25 +1,35 @@
-"""The training operations of the replay: forward, backward, step, zero_grad, gather.
+"""The training operations of the replay: forward, backward, step, zero_grad, gather, inject.
 
 Each takes the replay (replay.Replay) and the operation. Forward routing: through the engine
 that manages the root if there is one, else through the user's model directly (engines on
 submodules still see their part of the call). Backward goes through the engine the forward used
 (or the first live engine); step and zero_grad go to every live engine. `run_forward` is the
-forward the life cycle's probe runs too.
+forward the life cycle's probe runs too. An inject arms a non-finite value (injection.py) that
+the next forward (input) or backward (loss, gradient) applies on its rank.
 """
 
 import torch.nn.functional as F
 
 from ..model import seeded
-from ..model.tree import RouteCursor, run_module
+from ..model.tree import RouteCursor, build_tree, run_module
 from ..scenario import schema
 from .checks import attempt, skip
+from .injection import gradient_hook, replaced_first
 
 # This family's operations, each the function of its name (replay.py dispatches to them).
-OPERATIONS = schema.some("ops", "forward", "backward", "step", "zero_grad", "gather")
+OPERATIONS = schema.some("ops", "forward", "backward", "step", "zero_grad", "gather", "inject")
+
+
+def inject(replay, op):
+    """Arms the injection on its rank (every rank keeps the world's arming: the twin's)."""
+    replay.injections.arm(op)
 
 
 def forward(replay, op):
     x, target = _batch(replay)
+    inputs = replay.injections.take_inputs()
+    if replay.rank in inputs:
+        x = replaced_first(x, inputs[replay.rank])
     cursor = RouteCursor(op.route)
 
     def forward_and_loss():
@@ -29,14 +39,14 @@ def forward(replay, op):
         return F.mse_loss(out.float(), target.to(out.device))
 
     replay.loss = None
-    ok, loss = attempt(replay, op.op, forward_and_loss)
+    ok, loss = attempt(replay, op.op, forward_and_loss, lambda: left_without_data(replay))
     engine_at_root = root_engine(replay)
     if ok:
         replay.loss = loss
         replay.loss_engine = engine_at_root or (replay.live[0] if replay.live else None)
     if replay.numerics is not None:
         replay.numerics.forward(replay.index, op.route, loss if ok else None,
-                                through_engine=engine_at_root is not None)
+                                through_engine=engine_at_root is not None, inputs=inputs)
 
 
 def backward(replay, op):
@@ -44,14 +54,28 @@ def backward(replay, op):
         return skip(replay, op.op, "backward", "no forward since the last backward")
     loss, live = replay.loss, replay.loss_engine
     replay.loss = None
+    if not loss.requires_grad:  # every parameter it reached is frozen, or it reached none
+        return skip(replay, op.op, "backward", "nothing trainable: the loss needs no gradient")
     through_engine = live is not None and live in replay.live
-    if through_engine:
-        ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
-    else:
-        ok, _ = attempt(replay, op.op, loss.backward)
+    losses, gradients = replay.injections.take_backward()
+    if replay.rank in losses:
+        loss = loss * losses[replay.rank]  # the user's loss, before the engine scales it
+    hook = None
+    if replay.rank in gradients:
+        name, value = gradients[replay.rank]
+        hook = gradient_hook(replay.root.get_parameter(name), value)
+    try:
+        if through_engine:
+            ok, _ = attempt(replay, op.op, lambda: replay.adapter.backward(live.engine, loss))
+        else:
+            ok, _ = attempt(replay, op.op, loss.backward, lambda: left_without_data(replay))
+    finally:
+        if hook is not None:
+            hook.remove()
     replay.backward_since_step = replay.backward_since_step or ok
     if replay.numerics is not None:
-        replay.numerics.backward(replay.index, ok, through_engine)
+        replay.numerics.backward(replay.index, ok, through_engine, losses=losses,
+                                 gradients=gradients)
 
 
 def step(replay, op):
@@ -108,11 +132,29 @@ def run_forward(replay, x, cursor):
     engine_at_root = root_engine(replay)
     if engine_at_root is not None:
         return replay.adapter.forward(engine_at_root.engine, x, cursor)
-    # The user's own call: the input goes where the model is (an engine may have moved it).
+    # The user's own call: the input goes where the model is and in its dtype, as its user feeds
+    # it (an engine may have moved it, and a bf16 or fp16 engine casts the user's model in place
+    # and leaves it so when it is released).
     first = next(replay.root.parameters(), None)
-    if first is not None and first.device != x.device:
-        x = x.to(first.device)
+    if first is not None and (first.device != x.device or first.dtype != x.dtype):
+        x = x.to(first.device, first.dtype if first.is_floating_point() else x.dtype)
     return run_module(replay.root, x, cursor)
+
+
+def left_without_data(replay):
+    """Why the user's own forward failed, when an engine's release left the model's parameters
+    without their data (DeepSpeed's destroy() leaves them partitioned): that release (the
+    finding's `after`: its root cause is the release's own I4 one, root_causes.py), or None."""
+    if replay.last_release is None or root_engine(replay) is not None:
+        return None
+    scenario_numels = {n: p.numel() for n, p in build_tree(replay.scenario).root.named_parameters()}
+    empty = [n for n, p in replay.root.named_parameters()
+             if p.numel() < scenario_numels.get(n, 0)]
+    if not empty:
+        return None
+    return {"action": "release", "op_index": replay.last_release, "params": empty,
+            "why": f"the release at op {replay.last_release} left {len(empty)} parameter(s) "
+                   f"without their data, e.g. {empty[0]!r}"}
 
 
 def root_engine(replay):

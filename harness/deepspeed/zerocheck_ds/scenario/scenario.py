@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from . import config as config_reader
 from . import schema
+from .parameter_names import parameter_names
 from .placement import Placement, read_placement
 from .strict_json import (
     INT64_MIN, UINT64_MAX, ScenarioError, decode, fail, index_path, key_path, quoted, read_array,
@@ -75,6 +76,8 @@ class Op:
     modifier_rank: object = None  # gather: the rank whose edit every rank gets (None: no rank)
     scale: float = 1.0  # gather: the in-place edit, parameters *= scale
     config_error: object = None  # initialize: a name of schema.CONFIG_ERRORS (None: valid config)
+    rank: int = 0  # inject: the one rank whose data gets the value
+    into: str = ""  # inject: one of INJECT_INTO
 
 
 @dataclass
@@ -92,6 +95,9 @@ class Scenario:
     ops: list
     construct: str = "eager"  # one of schema.CONSTRUCTIONS
     source: str = ""
+    # zerocheck's own overflow skip for its engine (harness/SCENARIO_FORMAT.md); DeepSpeed's
+    # ZeRO-3 has no such key outside fp16, so the DeepSpeed replay reads it and ignores it.
+    overflow_protection: object = None
 
 
 def load_scenario(path):
@@ -141,14 +147,34 @@ def scenario_from_json(doc, name="scenario"):
                                 "give it once")
         placement = config_placement
     ops = _read_ops(doc["ops"], "$.ops")
+    names = None  # the tree's parameter names, made when an inject needs them
     for i, op in enumerate(ops):
-        # A modifier rank is one of this world's ranks (the reader bounds it by the widest world).
-        if op.modifier_rank is not None and op.modifier_rank >= world_size:
-            fail(key_path(index_path("$.ops", i), "modifier_rank"),
-                 f"value {op.modifier_rank} is out of range [0, {world_size - 1}]")
+        # A modifier rank (an injection's rank) is one of this world's ranks (the reader bounds
+        # it by the widest world).
+        for key, rank in (("modifier_rank", op.modifier_rank),
+                          ("rank", op.rank if op.op == "inject" else None)):
+            if rank is not None and rank >= world_size:
+                fail(key_path(index_path("$.ops", i), key),
+                     f"value {rank} is out of range [0, {world_size - 1}]")
+        if op.op == "inject":
+            names = names if names is not None else parameter_names(tree)
+            _check_injection(op, index_path("$.ops", i), names)
     return Scenario(name=name, world_size=world_size, seed=seed, features=features, batch=batch,
                     optimizer=kind, lr=float(lr), config=config, tree=tree, placement=placement,
-                    ops=ops, construct=construct)
+                    ops=ops, construct=construct,
+                    overflow_protection=doc.get("overflow_protection"))
+
+
+def _check_injection(op, path, names):
+    """`param` names a parameter of the tree exactly when the injection goes into a gradient."""
+    param_path = key_path(path, "param")
+    if op.into == "gradient" and not op.param:
+        fail(param_path, 'missing required key (an inject "into": "gradient" names its parameter)')
+    if op.into != "gradient" and op.param:
+        fail(param_path, f'an inject "into": {quoted(op.into)} takes no parameter')
+    if op.param and op.param not in names:
+        fail(param_path, f"the tree has no parameter {quoted(op.param)} "
+                         f"(parameters: {', '.join(names) or 'none'})")
 
 
 def _read_optimizer(value, path):
@@ -334,6 +360,11 @@ def _read_scale(value, path):
     return scale
 
 
+# What an inject puts where (SCENARIO_FORMAT.md, "Injections"): the value's spelling -> the
+# float, and the places it goes into.
+INJECT_VALUES = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+INJECT_INTO = ("input", "loss", "gradient")
+
 # How each operation key is read (Op has a field of the same name); one reader per schema key.
 _OP_KEY_READERS = schema.every("op_keys", {
     "optimizer": lambda v, p: read_enum(v, p, schema.INITIALIZE_OPTIMIZERS),
@@ -350,7 +381,12 @@ _OP_KEY_READERS = schema.every("op_keys", {
     "modifier_rank": _read_modifier_rank,
     "scale": _read_scale,
     "config_error": lambda v, p: read_enum(v, p, tuple(schema.CONFIG_ERRORS)),
+    "rank": lambda v, p: read_int(v, p, 0, schema.LIMITS["world_size"][1] - 1),
+    "into": lambda v, p: read_enum(v, p, INJECT_INTO),
 })
+# Where one key means another thing in one operation: an inject's value is a spelling of
+# INJECT_VALUES, not an attribute literal.
+_OP_KEY_READERS_OF = {("inject", "value"): lambda v, p: read_enum(v, p, tuple(INJECT_VALUES))}
 
 
 def _read_op(raw, path):
@@ -361,9 +397,10 @@ def _read_op(raw, path):
     op = Op(op=name)
     for key in keys.required + keys.optional:
         if key in raw:
-            setattr(op, key, _OP_KEY_READERS[key](raw[key], key_path(path, key)))
+            reader = _OP_KEY_READERS_OF.get((name, key), _OP_KEY_READERS[key])
+            setattr(op, key, reader(raw[key], key_path(path, key)))
     return op
 
 
-__all__ = ["FORMAT", "READ_FORMATS", "tag_problem", "AttrEntry", "Node", "Op", "Placement", "Scenario", "ScenarioError",
+__all__ = ["FORMAT", "INJECT_INTO", "INJECT_VALUES", "READ_FORMATS", "tag_problem", "AttrEntry", "Node", "Op", "Placement", "Scenario", "ScenarioError",
            "TensorLiteral", "load_scenario", "parse_scenario", "scenario_from_json"]
