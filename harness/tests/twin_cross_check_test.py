@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(HERE, os.pardir, "deepspeed"))
 import torch  # noqa: E402
 
 from zerocheck_ds.replay import replay  # noqa: E402
+from zerocheck_ds.replay.injection import Injections  # noqa: E402
 from zerocheck_ds.model import seeded, twin
 from zerocheck_ds.scenario.scenario import load_scenario  # noqa: E402
 from zerocheck_ds.model.tree import RouteCursor, build_tree, run_module  # noqa: E402
@@ -42,7 +43,7 @@ SHARED = os.path.join(HERE, "scenarios", "twin")
 # Scenarios on which the C++ engine's rules and DeepSpeed's give the same numbers (see above).
 ENGINE_IS_DEEPSPEED = ("mlp_sgd_world2.json", "mlp_adam_world4.json")
 FOLLOWED_OPS = {"initialize", "forward", "backward", "step", "zero_grad", "set_attr", "del_attr",
-                "release", "destroy"}
+                "release", "destroy", "inject"}
 
 
 def fail(message):
@@ -115,18 +116,30 @@ def python_numbers(scenario, rules=twin.ZEROCHECK):
         scenario.config["gradient_accumulation_steps"],
         lambda params: cxx_optimizer(scenario, params), run_module)
     live = False
+    armed = Injections()  # the replay's arming: SCENARIO_FORMAT.md, "Injecting non-finite values"
     out = []
     for index, op in enumerate(scenario.ops):
         losses = []
         if op.op == "initialize" and not live:  # a live engine refuses any other initialize here
             dense.start(op.target)
             live = True
+        elif op.op == "inject":
+            armed.arm(op)
         elif op.op == "forward" and live:
             batches = [seeded.micro_batch(scenario.seed, index, r, scenario.batch, scenario.features)
                        for r in range(scenario.world_size)]
+            for rank, value in armed.take_inputs().items():
+                batches[rank] = (twin.replaced_first(batches[rank][0], value), batches[rank][1])
             losses = dense.forward(batches, lambda: RouteCursor(op.route))
         elif op.op == "backward" and live:
-            dense.backward()
+            # A backward that runs takes the armed loss and gradient; one with nothing to
+            # back-propagate (no forward, or nothing trainable) is skipped and takes nothing.
+            pending = dense.pending_losses()
+            if pending and pending[0].requires_grad:
+                factors, edits = armed.take_backward()
+                dense.backward(loss_factors=factors, gradient_edits=edits)
+            else:
+                dense.drop_pending()
         elif op.op == "step" and live:
             dense.step()
         elif op.op == "zero_grad" and live:
@@ -158,9 +171,11 @@ def compare(name, cxx, python):
 
 
 def followed(scenario):
+    """One engine, no checkpoint, no placement, and no loss scale: the Python twin follows no
+    overflow protection (a static scale of 3 rounds the C++ twin's gradients otherwise)."""
     ops = [op.op for op in scenario.ops]
     return (set(ops) <= FOLLOWED_OPS and ops.count("initialize") == 1 and ops[0] == "initialize"
-            and scenario.placement.kind == "none")
+            and scenario.placement.kind == "none" and scenario.overflow_protection is None)
 
 
 def main():
@@ -168,7 +183,7 @@ def main():
     torch.set_num_threads(1)  # the C++ twin's kernels run sequentially too (harness/world/world.h)
     os.makedirs(work, exist_ok=True)
     export = os.path.join(work, "export")
-    subprocess.run([zerocheck, "export", "--cases", "24", "--seed", "3", "--world", "2", "--out", export],
+    subprocess.run([zerocheck, "export", "--cases", "80", "--seed", "3", "--world", "2", "--out", export],
                    check=True, capture_output=True)
     files = sorted(os.path.join(SHARED, n) for n in os.listdir(SHARED) if n.endswith(".json"))
     exported = sorted(os.path.join(export, "scenarios", n)

@@ -302,6 +302,10 @@ class DenseTwin:
     def drop_pending(self):
         self._pending = []
 
+    def pending_losses(self):
+        """The losses of the last forward a backward would back-propagate, one per rank ([]: none)."""
+        return list(self._pending)
+
     def backward(self, loss_factors=None, gradient_edits=None):
         """Back-propagates every rank's pending loss; returns the names that got a gradient.
 
