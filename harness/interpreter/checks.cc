@@ -1,6 +1,7 @@
 // What runs after every operation of one rank's interpreter (internal/checks.h).
 #include "harness/interpreter/internal/checks.h"
 
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -54,12 +55,14 @@ void sweep(RankState& state) {
   if (!state.options.checks_after_every_op) return;
   if (state.enabled("I1")) require(state, oracles::attributes(state.ledger));
   // I11 before I3: a step skipped on the wrong ranks also moves the parameters, but the contract
-  // is what it breaks.
-  if (state.engine && state.twin && state.enabled("I11") && state.workload.precision.check_overflow) {
+  // is what it breaks. Its finite norm's value after I3 (oracles.h reported_norm).
+  const bool overflow = state.engine && state.twin && state.enabled("I11") && state.workload.precision.check_overflow;
+  std::optional<oracles::OverflowReport> report;
+  if (overflow) {
     const NotChargedToTheRank harness;
-    const oracles::OverflowReport report = oracles::observe_overflow(*state.engine);
+    report = oracles::observe_overflow(*state.engine);
     require(state, state.twin->read([&](const model::DenseTwin& twin) {
-      return oracles::overflow_contract(twin, report, state.engine_target);
+      return oracles::overflow_contract(twin, *report, state.engine_target);
     }));
   }
   const bool whole_rank =
@@ -70,6 +73,10 @@ void sweep(RankState& state) {
     const int64_t expected = accounted(state, {});
     require(state, oracles::unlisted_memory(state.account->settled_bytes(expected), expected, ""));
   }
+  if (report)
+    require(state, state.twin->read([&](const model::DenseTwin& twin) {
+      return oracles::reported_norm(twin, *report, state.engine_target);
+    }));
 }
 
 void check_traffic(RankState& state, OpOutcome& outcome) {

@@ -134,12 +134,17 @@ struct OverflowReport {
   std::vector<std::pair<std::string, at::Tensor>> state;  // "<path> <role>" -> tensor
 };
 OverflowReport observe_overflow(zero3::Engine& engine);
-// I11, with overflow protection: the steps applied and skipped, the loss scale and the reported
-// gradient norm are the twin's (which decides each skip from its own gradients: any non-finite
-// one in the accumulation window), the norm finite exactly when the twin's is and then equal to
-// it within 1e-9 relative (the twin sums whole tensors, the engine its shards); and nothing in
-// `report.state` is NaN or infinite.
+// I11, with overflow protection: the steps applied and skipped and the loss scale are the twin's
+// (which decides each skip from its own gradients: any non-finite one in the accumulation
+// window), the reported gradient norm is finite exactly when the twin's is, and nothing in
+// `report.state` is NaN or infinite. Checked before I3: a skip on the wrong ranks also moves
+// the parameters, but the contract is what it breaks.
 Result overflow_contract(const model::DenseTwin& twin, const OverflowReport& report, const std::string& target);
+// I11's second half, checked after I3: a finite reported norm equals the twin's within 1e-9
+// relative (the twin sums whole tensors, the engine its shards). After I3, so that wrong
+// gradients (which move the norm too) are named by the numbers they change, and a norm that
+// alone is wrong, the report a schedule or a log reads, by I11.
+Result reported_norm(const model::DenseTwin& twin, const OverflowReport& report, const std::string& target);
 
 // I8: the elements moved by `operation` equal the prediction, kind by kind.
 Result traffic(const std::string& operation, const model::Traffic& expected, const model::Traffic& measured,

@@ -230,7 +230,7 @@ class PassThroughAdapter(Adapter):
             loss.backward()
             return
         params = [p for p in engine.module.parameters() if p.requires_grad]
-        grads = torch.autograd.grad(loss, params, allow_unused=True) if params else []
+        grads = self._local_gradients(loss, params)
         world = dist.get_world_size()
         for p, g in zip(params, grads):
             if g is None:
@@ -238,6 +238,21 @@ class PassThroughAdapter(Adapter):
             dist.all_reduce(g)
             g = g.div(world)
             p.grad = g if p.grad is None else p.grad.add_(g)
+
+    @staticmethod
+    def _local_gradients(loss, params):
+        """This rank's gradient of `loss` for each of `params` (None: unreached), .grad left as it
+        was. backward(inputs=...) rather than autograd.grad: it runs the parameters' tensor hooks
+        (an `inject` into a gradient is one), which autograd.grad skips for leaves on torch 1.13."""
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        if params:
+            loss.backward(inputs=params)
+        grads = [p.grad for p in params]
+        for p, before in zip(params, saved):
+            p.grad = before
+        return grads
 
     def step(self, engine):
         # A step is a micro-step, as the config's gradient_accumulation_steps says (the twin's
