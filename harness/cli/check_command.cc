@@ -156,7 +156,8 @@ void register_replay_command(CLI::App& command, int& exit_code) {
     auto twin_numbers = std::make_shared<nlohmann::json>(nlohmann::json::array());
     if (args->twin_numbers) {
       if (!args->json) throw zero3::UsageError("--twin-numbers needs --json");
-      if (!run.needs_dense_twin()) throw zero3::UsageError("--twin-numbers needs the dense twin: keep I3 or I8 on");
+      if (!run.needs_dense_twin())
+        throw zero3::UsageError("--twin-numbers needs the dense twin: keep one of I3, I6, I8 or I11 on");
       run.twin_observer = [twin_numbers](int64_t index, OpKind kind, const model::DenseTwin& twin,
                                          const std::vector<double>& losses) {
         twin_numbers->push_back(twin_numbers_after(index, kind, twin, losses));
