@@ -347,9 +347,18 @@ def main():
     if differ:
         fail(f"the pull request's run changed verdicts beside {PLANTED_SCENARIO}: {differ}")
 
-    # The pytest form on the pull request's tree: the planted scenario fails with its report.
+    # The pytest form on the pull request's tree: each item says what the run it read found (its
+    # own summary.json: a third run, where the race may strike anywhere, with root causes of its
+    # own, so the checkout's verdicts are compared above, across the baseline and pull request
+    # runs, not here); the planted scenario fails with its report.
     results, texts = pytest_items(done["pytest"][1])
-    expected = dict(reference, **{PLANTED_SCENARIO: ("findings", tuple(titles), False)})
+    own = verdicts(outs["pytest"], flaky)
+    drifted = {n: v[:2] for n, v in own.items()
+               if n != PLANTED_SCENARIO and v[:2] != reference.get(n, (None,))[:2]}
+    if drifted:
+        print(f"pytest's run differs from the checkout's (the race; judged by its own verdicts): "
+              f"{drifted}")
+    expected = dict(own, **{PLANTED_SCENARIO: ("findings", tuple(titles), False)})
     wrong = {name: (results.get(name), outcome, causes)
              for name, (outcome, causes, _) in expected.items()
              if results.get(name) not in pytest_form(outcome, causes, known)}
