@@ -209,7 +209,7 @@ OpOutcome initialize(RankState& state, const Op& op) {
     if (!model::is_predicted_refusal(raised)) throw;  // no refusal the model knows: unexpected (I7)
     message = e.what();
   }
-  require(state, oracles::initialize_outcome(prediction.refusal, created != nullptr, raised, op.target));
+  require(state, oracles::initialize_outcome(prediction.refusal, created != nullptr, raised, message, op.target));
   judge_refusal(state, op, prediction, before, created != nullptr, *subtree->root);
   if (prediction.refusal || !created) return not_live(state, prediction, std::move(created), raised, message);
   return go_live(state, op, std::move(created), *subtree, optimizer, std::move(fresh),

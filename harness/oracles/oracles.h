@@ -84,9 +84,9 @@ Result released_parity(const std::vector<std::pair<std::string, at::Tensor>>& mo
                        const model::DenseTwin& twin, const std::string& target);
 
 // I5 / I2 / I7: initialize did what the model predicted (refused with the predicted error, or
-// succeeded). `raised` is the error's kind ("" when none was raised).
+// succeeded). `raised` is the error's kind ("" when none was raised), `raised_message` its text.
 Result initialize_outcome(const std::optional<std::string>& predicted, bool created, const std::string& raised,
-                          const std::string& target);
+                          const std::string& raised_message, const std::string& target);
 // I5: a refused initialize left the live engine's shards as they were.
 Result refused_changed_nothing(const std::vector<at::Tensor>& masters_before,
                                const std::vector<ObservedParam>& observed_after);

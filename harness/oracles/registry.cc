@@ -9,13 +9,16 @@
 namespace zerocheck::oracles {
 
 Result initialize_outcome(const std::optional<std::string>& predicted, bool created, const std::string& raised,
-                          const std::string& target) {
+                          const std::string& raised_message, const std::string& target) {
   using zero3::kind_name;
+  // The kind alone says which error; its message says about which module and value (the reader's
+  // first question).
+  const std::string saying = raised_message.empty() ? "" : ": " + raised_message;
   const std::string repeat = kind_name<zero3::AlreadyInitialized>(), placement = kind_name<zero3::PlacementError>();
   if (!predicted) {
     if (created) return std::nullopt;
     return violation(raised == placement ? "I2" : "I7", target, "", "an engine", raised,
-                     "initialize refused valid input");
+                     "initialize refused valid input" + saying);
   }
   const char* invariant = *predicted == repeat ? "I5" : *predicted == placement ? "I2" : "I7";
   if (created)
@@ -23,7 +26,7 @@ Result initialize_outcome(const std::optional<std::string>& predicted, bool crea
                      *predicted == repeat ? "a repeated initialize of a managed model or optimizer was accepted"
                                                         : "initialize accepted input it must refuse");
   if (raised != *predicted)
-    return violation(invariant, target, "", *predicted, raised, "initialize refused with an unexpected error");
+    return violation(invariant, target, "", *predicted, raised, "initialize refused with an unexpected error" + saying);
   return std::nullopt;
 }
 

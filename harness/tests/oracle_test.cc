@@ -264,6 +264,21 @@ TEST(Oracles, RanksAgreeFieldByField) {
   EXPECT_EQ(oracles::agreement_digest(nullptr), oracles::AgreementDigest{});
 }
 
+TEST(Oracles, AnUnexpectedRefusalNamesTheEnginesMessage) {
+  const std::string config = zero3::kind_name<zero3::ConfigError>();
+  const auto refused = oracles::initialize_outcome(std::nullopt, false, config, "bucket size 0 on module 'a.b'", "a");
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->invariant, "I7");
+  EXPECT_EQ(refused->actual, config) << "the kind stays the value compared";
+  EXPECT_NE(refused->message.find("bucket size 0 on module 'a.b'"), std::string::npos) << refused->message;
+  const std::string repeat = zero3::kind_name<zero3::AlreadyInitialized>();
+  const auto wrong = oracles::initialize_outcome(repeat, false, config, "why", "");
+  ASSERT_TRUE(wrong.has_value());
+  EXPECT_EQ(wrong->invariant, "I5");
+  EXPECT_NE(wrong->message.find(": why"), std::string::npos) << wrong->message;
+  EXPECT_FALSE(oracles::initialize_outcome(repeat, false, repeat, "why", "").has_value());
+}
+
 TEST(Oracles, EachInvariantCanBeSwitchedOffByName) {
   EXPECT_EQ(parse_invariants("I3,I9,I11"), (std::set<std::string>{"I3", "I9", "I11"}));
   EXPECT_THROW(parse_invariants("I12"), zero3::UsageError);

@@ -126,6 +126,16 @@ class BuiltTree:
         return module_path, local
 
 
+def not_whole(root, reference_root):
+    """(name, parameter, the scenario's element count) of each parameter of `root` holding another
+    number of elements than the same-named one of `reference_root` (a model the scenario built:
+    build_tree or the twin), i.e. left partitioned or emptied by an engine. Names the reference
+    lacks are not judged: nothing says how many elements they hold."""
+    numels = {n: p.numel() for n, p in reference_root.named_parameters()}
+    return [(name, p, numels[name]) for name, p in root.named_parameters()
+            if name in numels and p.data.numel() != numels[name]]
+
+
 def _reachable(tree):
     seen, stack = {0}, [0]
     while stack:

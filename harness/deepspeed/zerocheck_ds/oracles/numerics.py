@@ -44,7 +44,7 @@ import torch
 from ..findings.verdict import NEW_INVARIANTS, Finding, Tally
 from ..model import partition_model, seeded, twin
 from ..model.twin import replaced_first
-from ..model.tree import RouteCursor, build_tree, run_module
+from ..model.tree import RouteCursor, build_tree, not_whole, run_module
 from ..scenario import schema
 from ..world.exchange import ExchangeError
 from . import inside
@@ -921,12 +921,9 @@ class NumericChecks:
         """I4 after a release: the engine lets go of the model with every parameter whole again
         (SCENARIO_FORMAT.md, `release`): each holds the elements the scenario gives it."""
         self.tally.done("I4")
-        numels = {n: p.numel() for n, p in self._reference_model().named_parameters()}
         findings = []
-        for name, p in self._root.named_parameters():
-            numel, held = numels.get(name), p.data.numel()
-            if numel is None or held == numel:
-                continue
+        for name, p, numel in not_whole(self._root, self._reference_model()):
+            held = p.data.numel()
             writer = self._writer(p, "data")
             findings.append(Finding(
                 invariant="I4", op_index=index, op=op, module_path=self._module_of(name),

@@ -11,7 +11,7 @@ the next forward (input) or backward (loss, gradient) applies on its rank.
 import torch.nn.functional as F
 
 from ..model import seeded
-from ..model.tree import RouteCursor, build_tree, run_module
+from ..model.tree import RouteCursor, build_tree, not_whole, run_module
 from ..scenario import schema
 from .checks import attempt, skip
 from .injection import gradient_hook, replaced_first
@@ -147,9 +147,8 @@ def left_without_data(replay):
     finding's `after`: its root cause is the release's own I4 one, root_causes.py), or None."""
     if replay.last_release is None or root_engine(replay) is not None:
         return None
-    scenario_numels = {n: p.numel() for n, p in build_tree(replay.scenario).root.named_parameters()}
-    empty = [n for n, p in replay.root.named_parameters()
-             if p.numel() < scenario_numels.get(n, 0)]
+    empty = [n for n, p, numel in not_whole(replay.root, build_tree(replay.scenario).root)
+             if p.data.numel() < numel]
     if not empty:
         return None
     return {"action": "release", "op_index": replay.last_release, "params": empty,
