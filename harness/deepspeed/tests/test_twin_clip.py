@@ -57,8 +57,31 @@ class ClipGradients(unittest.TestCase):
         self.assertTrue(math.isnan(norm) and math.isnan(combined))
         self.assertTrue(bool(torch.isnan(grads[0]).all()))
         grads = [torch.tensor([float("inf"), 1.0])]
-        self.assertEqual(twin.clip_gradients(grads, 0.5, 1.0), (1.0, (1.0 + 1e-6) / 0.5))
+        self.assertEqual(twin.clip_gradients(grads, 0.5, -1.0), (1.0, (1.0 + 1e-6) / 0.5))
         self.assertEqual(grads[0][1].item(), torch.tensor(1.0).mul_(0.5 / (1.0 + 1e-6)).item())
+
+    def test_sub_groups_are_cut_as_zero_3_cuts_them(self):
+        from zerocheck_ds.model import twin
+        self.assertEqual(twin.sub_groups([3, 1, 2], None), [[0, 1, 2]])
+        self.assertEqual(twin.sub_groups([3, 1, 2], 6), [[0, 1, 2]])
+        self.assertEqual(twin.sub_groups([3, 1, 2], 4), [[0, 1], [2]])
+        self.assertEqual(twin.sub_groups([3, 1, 2], 1), [[0], [1], [2]])
+
+    def test_master_s_sentinel_counts_one_per_bad_sub_group(self):
+        import torch
+        from zerocheck_ds.model import twin
+        # Master (stage3.py:2304-2309, 2618): a sub-group whose norm is not finite reads -1, and
+        # the groups' norms are combined by an L2 norm: the good group's 3 and the bad one's 1.
+        grads = [torch.tensor([float("inf")]), torch.tensor([3.0])]
+        norm, combined = twin.clip_gradients(grads, 0.5, -1.0, [[0], [1]])
+        self.assertEqual(norm, math.sqrt(10.0))
+        self.assertEqual(combined, (math.sqrt(10.0) + 1e-6) / 0.5)
+        self.assertEqual(grads[1].item(), torch.tensor(3.0).mul_(1.0 / combined).item())
+        # In one group the same gradients read 1 (the sentinel alone); v0.14.5's NaN stays NaN.
+        grads = [torch.tensor([float("inf")]), torch.tensor([3.0])]
+        self.assertEqual(twin.clip_gradients(grads, 0.5, -1.0)[0], 1.0)
+        grads = [torch.tensor([float("inf")]), torch.tensor([3.0])]
+        self.assertTrue(math.isnan(twin.clip_gradients(grads, 0.5, float("nan"), [[0], [1]])[0]))
 
 
 class TwinStep(unittest.TestCase):

@@ -203,9 +203,10 @@ class DeepSpeedAdapter(Adapter):
         # what a non-finite norm becomes on this version (twin.deepspeed_training).
         clipping = precision_in_effect(config, self.version(), PINNED_WHEN_ABSENT)["gradient_clipping"][0]
         column = precision_column(self.version())
-        nonfinite = float("nan") if column == "v0.14.5" else 1.0
+        nonfinite = float("nan") if column == "v0.14.5" else -1.0
         return twin.deepspeed_training(stage, scaling, clipping, nonfinite,
-                                       twin.deepspeed_precision(config, column))
+                                       twin.deepspeed_precision(config, column),
+                                       config["zero_optimization"].get("sub_group_size", 10 ** 9))
 
     def observe(self, engine):
         module = getattr(engine, "module", None)

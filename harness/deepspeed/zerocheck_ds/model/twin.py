@@ -97,8 +97,10 @@ class Training:
     # ZeRO-1/2 reduce the norm in fp32 over partitions of the flat buffer, which it does not.
     gradient_clipping: float = 0.0
     clip_followed: bool = True
-    # What a non-finite global norm becomes before the clip (None: stays): DeepSpeed's sentinel.
+    # What a sub-group's non-finite norm becomes before the groups' norms are combined (None:
+    # stays): DeepSpeed's sentinel. `sub_group_size`: ZeRO-3's sub-groups (None: one group).
     nonfinite_norm: float = None
+    sub_group_size: int = None
     precision: Precision = FP32
 
 
@@ -111,17 +113,37 @@ TORCH = Training("torch", divide_before_sum=False, reduce_each_backward=True, ga
 
 
 def deepspeed_training(stage, gas_scaling, gradient_clipping=0.0, nonfinite_norm=None,
-                       precision=FP32):
+                       precision=FP32, sub_group_size=None):
     """DeepSpeed ZeRO `stage` (1, 2, 3) whose accumulation scaling is `gas_scaling`, clipping at
-    `gradient_clipping` (0: off) with a non-finite norm read as `nonfinite_norm`: v0.14.5's
-    `inf_or_nan * -1 + ...` gives NaN (runtime/zero/stage3.py:1766-1771 (v0.14.5)), master's
-    torch.where gives -1, which the group norm turns into 1.0 (`:2304-2309,2618` (master); one
-    sub-group, as the twin's models have); in `precision`'s dtypes (deepspeed_precision)."""
+    `gradient_clipping` (0: off) with a sub-group's non-finite norm read as `nonfinite_norm`:
+    v0.14.5's `inf_or_nan * -1 + ...` gives NaN (runtime/zero/stage3.py:1766-1771 (v0.14.5)),
+    master's torch.where gives -1 (`:2304-2309` (master)), and the sub-groups' norms are combined
+    by an L2 norm (`:2618`): one bad sub-group among good ones counts 1 there, not the whole
+    norm (ZeRO-3's `sub_group_size` sub-groups, `sub_groups`); in `precision`'s dtypes
+    (deepspeed_precision)."""
     return Training(f"deepspeed-stage{stage}-{gas_scaling}", divide_before_sum=True,
                     reduce_each_backward=stage >= 2, gas_scaling=gas_scaling,
                     reset_after_step=True, zero_grad_effect="local" if stage == 1 else "nothing",
                     step_without_gradient=True, gradient_clipping=gradient_clipping,
-                    clip_followed=stage == 3, nonfinite_norm=nonfinite_norm, precision=precision)
+                    clip_followed=stage == 3, nonfinite_norm=nonfinite_norm, precision=precision,
+                    sub_group_size=sub_group_size if stage == 3 else None)
+
+
+def sub_groups(partition_numels, sub_group_size):
+    """ZeRO-3's sub-groups of one parameter group (runtime/zero/stage3.py
+    `_create_fp16_sub_groups`, :904-927 (v0.14.5), :1160-1183 (master)): the parameters in the
+    optimizer's order, cut after the one whose partitions reach `sub_group_size` elements (and
+    after the last); one group when the size reaches the total. Returns lists of indices."""
+    if sub_group_size is None or sub_group_size >= sum(partition_numels):
+        return [list(range(len(partition_numels)))]
+    groups, group, size = [], [], 0
+    for i, numel in enumerate(partition_numels):
+        group.append(i)
+        size += numel
+        if size >= sub_group_size or i == len(partition_numels) - 1:
+            groups.append(group)
+            group, size = [], 0
+    return groups
 
 
 def precision_not_followed(config, world_size=1):
@@ -190,10 +212,12 @@ def reduce_in_dtypes(grads, world_size, precision):
     return total.to(precision.accum)
 
 
-def clip_gradients(grads, max_norm, nonfinite_norm=None):
+def clip_gradients(grads, max_norm, nonfinite_norm=None, groups=None):
     """Clips `grads` (the gradients a boundary steps with, in the twin's parameter order) in
     place to the global norm `max_norm` (0: off) by DeepSpeed's rule, the fp32 loss scale 1
     (runtime/fp16/loss_scaler.py:214 (v0.14.5), :309 (master)); returns (norm, combined).
+    `groups` (indices into `grads`, `sub_groups`; None: one): each group's norm, a non-finite
+    one read as `nonfinite_norm`, then their L2 norm (one group: its own norm, no rounding more).
 
     DeepSpeed ZeRO-3 (runtime/zero/stage3.py, v0.14.5 / master): each rank's partition of each
     gradient `.double().norm(2)`, the squares summed, all-reduced SUM over the ranks, square root
@@ -208,12 +232,15 @@ def clip_gradients(grads, max_norm, nonfinite_norm=None):
     at most 5e-16 relative, and fp32(1 / combined) in none). The clip agrees unless 1 / combined
     lies within ~1e-15 relative of an fp32 rounding boundary (about 1e-8 of binding steps).
     """
-    total = torch.zeros(1, dtype=torch.float64)
-    for g in grads:
-        total += g.to(torch.float64).norm(2).pow(2)
-    norm = math.sqrt(total.item())
-    if nonfinite_norm is not None and not math.isfinite(norm):
-        norm = nonfinite_norm
+    norms = []
+    for group in groups or [range(len(grads))]:
+        total = torch.zeros(1, dtype=torch.float64)
+        for i in group:
+            total += grads[i].to(torch.float64).norm(2).pow(2)
+        norm = math.sqrt(total.item())
+        norms.append(nonfinite_norm if nonfinite_norm is not None and not math.isfinite(norm)
+                     else norm)
+    norm = abs(norms[0]) if len(norms) == 1 else math.sqrt(sum(n * n for n in norms))
     if not max_norm > 0:
         return norm, 1.0
     factor = ((norm / 1.0) + 1e-6) / max_norm
@@ -403,9 +430,12 @@ class DenseTwin:
         the engine clips its gradient partitions."""
         rules = self.training
         if rules.gradient_clipping > 0:
-            clip_gradients([gradients[n] for n, p in self.params
-                            if p.requires_grad and n in gradients],
-                           rules.gradient_clipping, rules.nonfinite_norm)
+            stepped = [(n, p) for n, p in self.params if p.requires_grad and n in gradients]
+            # A partition holds ceil(numel / W) elements (the last rank's padded).
+            groups = sub_groups([-(-p.numel() // self.world_size) for _, p in stepped],
+                                rules.sub_group_size)
+            clip_gradients([gradients[n] for n, _ in stepped], rules.gradient_clipping,
+                           rules.nonfinite_norm, groups)
 
     def zero_grad(self):
         effect = self.training.zero_grad_effect

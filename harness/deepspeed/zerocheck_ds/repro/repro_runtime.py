@@ -268,7 +268,8 @@ def clip_configured(params):
     """The gradients of `params` clipped in place as CONFIG's gradient_clipping says, by
     DeepSpeed ZeRO-3's rule (twin.py's clip_gradients: the global norm of whole tensors in double,
     exact against DeepSpeed's per-partition sum at the 2 ranks a script twin runs). A non-finite
-    norm is v0.14.5's (NaN reaches every gradient); master clips by 1 there instead."""
+    norm is v0.14.5's (NaN reaches every gradient); master reads each bad ZeRO-3 sub-group's norm
+    as 1 there instead (twin.py's clip_gradients with its groups), which a script does not follow."""
     with torch.no_grad():
         clip_gradients([p.grad for p in params if p.grad is not None],
                        CONFIG.get("gradient_clipping", 0.0) or 0.0)
