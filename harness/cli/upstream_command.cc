@@ -87,6 +87,14 @@ void register_campaign_command(CLI::App& command, int& exit_code) {
   command.callback([o, &exit_code] { exit_code = run_campaign(*o); });
 }
 
+void register_merge_command(CLI::App& command, int& exit_code) {
+  auto o = std::make_shared<MergeOptions>();
+  command.add_option("--python", o->python, "the Python that has torch")->required();
+  command.add_option("--out", o->out_dir, "the merged folder (new, empty or an earlier merge)")->required();
+  command.add_option("folders", o->folders, "the shards' campaign folders")->required()->check(CLI::ExistingDirectory);
+  command.callback([o, &exit_code] { exit_code = run_merge(*o); });
+}
+
 }  // namespace
 
 void register_upstream_command(CLI::App& command, int& exit_code) {
@@ -98,6 +106,10 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
   register_campaign_command(
       *command.add_subcommand("campaign", "draw scenarios and replay them on DeepSpeed for --minutes: root "
                                           "causes with their time to find, resumable, shardable"),
+      exit_code);
+  register_merge_command(
+      *command.add_subcommand("merge", "the campaign folders of a campaign's shards in one: each root cause once, "
+                                       "with the time to find of the shard that found it first"),
       exit_code);
   // Required unless the command is a subcommand (which has its own): checked in the callback.
   CLI::Option* python =
@@ -142,7 +154,8 @@ void register_upstream_command(CLI::App& command, int& exit_code) {
       ->check(CLI::IsMember({"deepspeed", "passthrough", "faulty"}));
   command.add_flag("--json", options->json, "print summary.json instead of the text summary");
   command.callback([options, python, &command, &exit_code] {
-    if (command.got_subcommand("bisect") || command.got_subcommand("campaign")) return;
+    for (const char* own : {"bisect", "campaign", "merge"})
+      if (command.got_subcommand(own)) return;
     if (python->count() == 0) throw CLI::RequiredError("--python");
     exit_code = run_upstream(*options);
   });

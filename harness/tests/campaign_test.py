@@ -15,6 +15,10 @@ emulating DeepSpeed 0.15.4's module numbering, no DeepSpeed needed).
 5. At the end the first scenarios are replayed by the suite into findings/ (control, shrinking,
    reports): a root cause the control shows on plain PyTorch too is marked a limit of the replay
    and does not count as untriaged.
+6. The two shards (the written-up 0/2, and 1/2 of step 3) merged by `zerocheck upstream merge`:
+   the root causes are the union of theirs, with the counts and scenarios added up and each
+   cause's time to find the earlier shard's; a campaign on the merge, shards of another seed or
+   shard count, and a shard given twice are usage errors (exit 2) naming what is wrong.
 """
 
 import json
@@ -38,6 +42,13 @@ def campaign(zerocheck, python, out, *extra, minutes="0.2"):
     command = [zerocheck, "upstream", "campaign", "--python", python, "--adapter", "faulty",
                "--world", "2", "--per-draw", "3", "--minutes", minutes, "--out", out, *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    print(f"$ {' '.join(command)}\nexit {done.returncode}\n{done.stderr[-1500:]}", flush=True)
+    return done
+
+
+def merge(zerocheck, python, out, *folders):
+    command = [zerocheck, "upstream", "merge", "--python", python, "--out", out, *folders]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     print(f"$ {' '.join(command)}\nexit {done.returncode}\n{done.stderr[-1500:]}", flush=True)
     return done
 
@@ -111,9 +122,11 @@ def main():
           f"SIGINT: exit {process.returncode}, the state saved")
     check(state_of(stopped)["scenarios"] >= 1, "the interrupted campaign's scenarios are counted")
 
-    # 5. The write-up: control, shrinking, reports; the control's limits excused.
+    # 5. The write-up: control, shrinking, reports; the control's limits excused. Shard 0 of 2,
+    # merged with step 3's shard 1 in 6.
     ended = os.path.join(work, "written-up")
-    done = campaign(zerocheck, python, ended, "--shrink-seconds", "3", minutes="0.15")
+    done = campaign(zerocheck, python, ended, "--shrink-seconds", "3", "--shard", "0/2",
+                    minutes="0.15")
     state = state_of(ended)
     check(os.path.exists(os.path.join(ended, "findings", "summary.json"))
           and os.listdir(os.path.join(ended, "findings", "issues")),
@@ -124,6 +137,52 @@ def main():
     check(done.returncode == (1 if untriaged else 0)
           and all(f"untriaged root cause: {t}" in done.stderr for t in untriaged),
           f"the exit and stderr name the {len(untriaged)} untriaged root cause(s), limits aside")
+
+    # 6. The shards merged: the union of their root causes, each with its earliest time to find.
+    merged = os.path.join(work, "merged")
+    shards = [state_of(ended), state_of(sharded)]
+    done = merge(zerocheck, python, merged, ended, sharded)
+    whole = state_of(merged)
+    check(set(whole["causes"]) == set(shards[0]["causes"]) | set(shards[1]["causes"])
+          and whole["causes"],
+          f"the merge's {len(whole['causes'])} root causes are the union of the shards'")
+    check(whole["scenarios"] == shards[0]["scenarios"] + shards[1]["scenarios"]
+          and [s["shard"] for s in whole["shards"]] == ["0/2", "1/2"],
+          f"its {whole['scenarios']} scenarios are the two shards' added up")
+    for title, cause in whole["causes"].items():
+        found = sorted((s["causes"][title]["found_after_seconds"], s["shard"])
+                       for s in shards if title in s["causes"])
+        check(cause["scenarios"] == sum(s["causes"].get(title, {"scenarios": 0})["scenarios"]
+                                        for s in shards)
+              and (cause["found_after_seconds"], cause["shard"]) == found[0],
+              f"{title}: seen in {cause['scenarios']}, found first by shard {cause['shard']} "
+              f"after {cause['found_after_seconds']} s (of {found})")
+    kept = [set(os.listdir(os.path.join(folder, "scenarios"))) for folder in (ended, sharded)]
+    check(set(os.listdir(os.path.join(merged, "scenarios"))) == kept[0] | kept[1],
+          "the shards' kept scenarios are all in the merge")
+    untriaged = [t for t, c in whole["causes"].items() if not c["triaged"] and not c.get("limit")]
+    check(done.returncode == (1 if untriaged else 0), "the merge exits as a campaign would")
+    with open(os.path.join(merged, "campaign.md"), encoding="utf-8") as f:
+        page = f.read()
+    check(all(f"`{title}`" in page for title in whole["causes"]) and "shards 0/2, 1/2" in page,
+          "campaign.md lists them")
+    done = campaign(zerocheck, python, merged, "--no-shrink", "--shard", "0/2", minutes="0.05")
+    check(done.returncode == 2 and "is a merge" in done.stderr, "a campaign on the merge: exit 2")
+    reseeded = os.path.join(work, "seed-2")
+    shutil.copytree(sharded, reseeded)
+    state = state_of(reseeded)
+    state["seed"] = 2
+    with open(os.path.join(reseeded, "campaign.json"), "w", encoding="utf-8") as f:
+        json.dump(state, f)
+    refused = os.path.join(work, "refused")
+    done = merge(zerocheck, python, refused, ended, reseeded)
+    check(done.returncode == 2 and f"{reseeded} is a campaign with seed 2" in done.stderr,
+          "shards of another seed: exit 2, the folder and the seed named")
+    done = merge(zerocheck, python, refused, out, sharded)
+    check(done.returncode == 2 and "shard count '2'" in done.stderr,
+          "shards of another split: exit 2, the shard count named")
+    done = merge(zerocheck, python, refused, ended, sharded, sharded)
+    check(done.returncode == 2 and "duplicate shard 1/2" in done.stderr, "a shard twice: exit 2")
     print("upstream campaign: all checks passed")
     return 0
 

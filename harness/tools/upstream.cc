@@ -122,6 +122,17 @@ int run_campaign(const CampaignOptions& o) {
   return exec_python(campaign_command(o, self.empty() ? "zerocheck" : self), "upstream campaign");
 }
 
+std::vector<std::string> merge_command(const MergeOptions& o) {
+  std::vector<std::string> args{o.python, "-m", "zerocheck_ds", "merge", "--out", o.out_dir};
+  args.insert(args.end(), o.folders.begin(), o.folders.end());
+  return args;
+}
+
+int run_merge(const MergeOptions& o) {
+  check_runner_package();
+  return exec_python(merge_command(o), "upstream merge");
+}
+
 int run_upstream(const UpstreamOptions& o) {
   if (o.world_size < 1 || o.world_size > 8) throw zero3::UsageError("--world must be in 1..8");
   if (o.stage < 1 || o.stage > 3) throw zero3::UsageError("--stage must be 1, 2 or 3");

@@ -88,6 +88,22 @@ std::vector<std::string> campaign_command(const CampaignOptions& options, const 
 // run, with exit code 2. Throws zero3::UsageError for bad options.
 int run_campaign(const CampaignOptions& options);
 
+// `zerocheck upstream merge`: the campaign folders of a campaign's shards combined into one
+// (zerocheck_ds/suite/campaign_merge.py).
+struct MergeOptions {
+  std::string python = "python3";
+  std::string out_dir;
+  std::vector<std::string> folders;  // the shards' campaign folders
+};
+
+// The merge's command line (`python -m zerocheck_ds merge ...`).
+std::vector<std::string> merge_command(const MergeOptions& options);
+
+// Replaces this process with the Python merge (exit codes are its own: 0 no untriaged root cause,
+// 1 one, 2 bad usage, 3 it failed). Returns only when --python does not run, with exit code 2.
+// Throws zero3::UsageError when the runner package is missing.
+int run_merge(const MergeOptions& options);
+
 // Exports when no scenarios are given, then replaces this process with the supervisor (so
 // Ctrl-C and exit codes are the supervisor's own). Returns only on failure, with exit code 2
 // after printing why. Throws zero3::UsageError for bad options.

@@ -20,7 +20,8 @@ the plain-PyTorch control, shrunk and written up (DIR/findings/: report.md, issu
 unless --no-shrink. DIR/campaign.md is the page a maintainer reads: root causes in the order they
 were found, with the time and scenarios each took. The control runs only there: a root cause the
 control reproduces (a limit of the replay, not DeepSpeed's) stays in campaign.json, and
-findings/report.md says so.
+findings/report.md says so. `zerocheck-ds merge` (campaign_merge.py) combines the shards' folders
+into one (MERGE_FORMAT), which is not a campaign to resume: a usage error here.
 
 Progress on stderr, a line per scenario: minutes, scenarios, per minute, root causes, untriaged.
 Exit codes: 0 no untriaged root cause, 1 an untriaged one, 2 bad usage, 3 the campaign itself
@@ -42,6 +43,7 @@ from .runner import UsageError, load_all
 
 PROG = "zerocheck_ds campaign"
 FORMAT = "zerocheck-campaign/1"
+MERGE_FORMAT = "zerocheck-campaign-merge/1"  # campaign_merge.py's: several shards' campaigns in one
 SHARD_STRIDE = 10 ** 9  # draws per shard: a campaign of more would reach the next shard's
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # Suite options that name the suite's inputs or outputs, which the campaign makes itself.
@@ -94,18 +96,23 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
+    return run_guarded(PROG, _campaign, args)
+
+
+def run_guarded(prog, body, args):
+    """body(args)'s exit code; a UsageError is exit 2, a CampaignError or a bug of `prog` itself
+    exit 3, each said on stderr (a crash must not look like a finding)."""
     try:
-        return _campaign(args)
+        return body(args)
     except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except CampaignError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as e:  # noqa: BLE001 - a bug of the campaign itself: exit 3, said clearly
         traceback.print_exc()
-        print(f"{PROG}: error: the campaign itself failed: {type(e).__name__}: {e}",
-              file=sys.stderr)
+        print(f"{prog}: error: the command itself failed: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILED
 
 
@@ -121,10 +128,7 @@ def _campaign(args):
     supervisor = suite.Supervisor(args.suite, env, cwd, _log)
     run = report.Run(args=args.suite, files={})
     table = root_causes.known_upstream()
-    # A row added to KNOWN_UPSTREAM.md since a cause was found triages it now, on resume too.
-    for title, cause in state["causes"].items():
-        cause["triaged"] = title in table
-        cause["bug"] = (table.get(title) or {}).get("verdict")
+    triage(state["causes"], table)
     started, before = time.monotonic(), state["seconds"]
     budget = args.minutes * 60
     interrupted = False
@@ -162,6 +166,20 @@ def _campaign(args):
     write_page(os.path.join(args.out, "campaign.md"), state)
     if interrupted:
         return EXIT_INTERRUPTED
+    return exit_code(state)
+
+
+def triage(causes, table):
+    """Each cause triaged by KNOWN_UPSTREAM.md's `table` of now: a row added since a cause was
+    found triages it on resume (or merge) too."""
+    for title, cause in causes.items():
+        cause["triaged"] = title in table
+        cause["bug"] = (table.get(title) or {}).get("verdict")
+
+
+def exit_code(state):
+    """EXIT_FINDING when a root cause is untriaged (and not the control's limit), each named on
+    stderr; else EXIT_OK."""
     untriaged = [t for t, c in state["causes"].items() if not c["triaged"] and not c.get("limit")]
     for title in untriaged:
         _log(f"untriaged root cause: {title}")
@@ -197,17 +215,29 @@ def load_state(args):
     path = os.path.join(args.out, "campaign.json")
     if not os.path.exists(path):
         return fresh
+    state = read_state(args.out)
+    for key in ("seed", "shard", "world", "stage", "adapter"):
+        if state.get(key) != fresh[key]:
+            raise UsageError(f"{path} is a campaign with {key} {state.get(key)!r}, not "
+                             f"{fresh[key]!r}: resume it with the same, or give another --out")
+    return state
+
+
+def read_state(folder):
+    """DIR/campaign.json of one campaign. Throws UsageError when it is missing, unreadable, not a
+    campaign's, or a merge of several (which has no draw of its own to go on with)."""
+    path = os.path.join(folder, "campaign.json")
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
     except (OSError, ValueError) as e:
         raise UsageError(f"{path}: not a campaign's state ({e})") from e
+    if isinstance(state, dict) and state.get("format") == MERGE_FORMAT:
+        shards = ", ".join(s["shard"] for s in state.get("shards", []))
+        raise UsageError(f"{path} is a merge of the campaigns of shards {shards}, not a campaign: "
+                         "go on with each shard's own folder, then merge them again")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UsageError(f"{path}: not a campaign's state (format {FORMAT} expected)")
-    for key in ("seed", "shard", "world", "stage", "adapter"):
-        if state.get(key) != fresh[key]:
-            raise UsageError(f"{path} is a campaign with {key} {state.get(key)!r}, not "
-                             f"{fresh[key]!r}: resume it with the same, or give another --out")
     return state
 
 
@@ -281,26 +311,38 @@ def progress_line(state):
 
 
 def write_page(path, state):
-    """DIR/campaign.md: the campaign in numbers, its root causes in the order found."""
+    """DIR/campaign.md: the campaign (or a merge of shards' campaigns) in numbers, its root causes
+    in the order found."""
     minutes = state["seconds"] / 60
     rate = state["scenarios"] / minutes if minutes > 0 else 0.0
+    merged = "shards" in state  # its minutes are the shards' added up, a cause's its finder's
+    added = "the shards' added up, " if merged else ""
+    numbers = (f"{state['scenarios']} scenarios in {minutes:.1f} minutes ({added}{rate:.1f} per "
+               f"minute), {state['scenarios_with_findings']} with findings")
+    if merged:
+        summary = (f"Seed {state['seed']}, shards {', '.join(s['shard'] for s in state['shards'])} "
+                   f"merged: {numbers}. A root cause's time to find is that of the shard that "
+                   "found it first, named beside its first scenario; the control, the shrinking "
+                   "and the reports are in each shard's findings/ (unless --no-shrink).")
+    else:
+        summary = (f"Seed {state['seed']}, shard {state['shard']}: {numbers}; the next draw is "
+                   f"{state['next']}. Root causes are the replay's; the control, the shrinking "
+                   "and the reports are in findings/ (unless --no-shrink).")
     lines = [f"# Campaign: {state['adapter']} {state.get('version') or ''} at world "
-             f"{state['world']}, ZeRO stage {state['stage']}", "",
-             f"Seed {state['seed']}, shard {state['shard']}: {state['scenarios']} scenarios in "
-             f"{minutes:.1f} minutes ({rate:.1f} per minute), {state['scenarios_with_findings']} "
-             f"with findings; the next draw is {state['next']}. Root causes are the replay's; "
-             "the control, the shrinking and the reports are in findings/ (unless --no-shrink).",
+             f"{state['world']}, ZeRO stage {state['stage']}", "", summary,
              "", "| found after | scenarios before | root cause | invariant | triaged | seen in | "
              "first scenario |", "|---|---|---|---|---|---|---|"]
     for title, c in sorted(state["causes"].items(),
-                           key=lambda item: item[1]["found_after_scenarios"]):
+                           key=lambda item: (item[1]["found_after_seconds"],
+                                             item[1]["found_after_scenarios"])):
         triaged = (f"yes: {c['bug']}" if c["triaged"] and c.get("bug") else
                    "yes" if c["triaged"] else
                    "a limit of the replay: the control shows it too" if c.get("limit") else
                    "**no**")
         lines.append(f"| {c['found_after_seconds'] / 60:.1f} min | {c['found_after_scenarios']} | "
                      f"`{title}` | {c['invariant']} | {triaged} | {c['scenarios']} | "
-                     f"scenarios/{c['first_scenario']}.json |")
+                     f"scenarios/{c['first_scenario']}.json"
+                     f"{' (shard ' + c['shard'] + ')' if 'shard' in c else ''} |")
     if not state["causes"]:
         lines.append("| | | none | | | | |")
     with open(path, "w", encoding="utf-8") as f:

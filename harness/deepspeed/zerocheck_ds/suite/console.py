@@ -1,7 +1,8 @@
 """The command line: `zerocheck-ds` (pyproject.toml's console script) and `python3 -m zerocheck_ds`.
 
 `zerocheck-ds --version` prints the package's version and the scenario schema's format. The
-subcommands are __main__.py's: `suite` (suite.py), `campaign` (campaign.py), `worker`, `bisect`,
+subcommands are __main__.py's: `suite` (suite.py), `campaign` (campaign.py), `merge` (of
+campaigns' shards, campaign_merge.py), `worker`, `bisect`,
 `bisect-step`, and without one the in-process runner. `suite` takes, beside `--scenarios`, `--corpus NAME|DIR` (the
 shipped corpus, `builtin`: zerocheck_ds/corpus/builtin, corpus.json says what it holds) and
 `--only NAME[,NAME...]` (only the scenarios with those names, fnmatch patterns allowed).
@@ -143,6 +144,9 @@ def run(argv):
         return main(rest)
     if argv[:1] == ["campaign"]:
         from .campaign import main
+        return main(argv[1:])
+    if argv[:1] == ["merge"]:
+        from .campaign_merge import main
         return main(argv[1:])
     if argv[:1] == ["corpus"]:
         return corpus_command(argv[1:])
