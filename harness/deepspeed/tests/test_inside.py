@@ -312,6 +312,19 @@ class Keys(unittest.TestCase):
         self.assertNotEqual(title, root_causes.cause_title(
             self.finding(None, "value after a gathered edit", "gather")))
 
+    def test_an_edit_does_not_key_the_gradient_of_a_parameter_that_got_none(self):
+        # Master, random-0045 of seed 7: the stale gradient's step, after a gathered edit of other
+        # parameters, landed beside the stale-gradient row; without the gather it is that row.
+        stale = root_causes.cause_title(self.finding(self.located("handed_gradient", False)))
+        edited = root_causes.cause_title(self.finding(
+            self.located("handed_gradient", False, edit=True), "value after a gathered edit"))
+        self.assertEqual(edited, stale)
+        # The edit still keys what it can explain: a value, or a gradient that was computed.
+        for key, got in (("master_before", False), ("handed_gradient", True)):
+            self.assertNotEqual(
+                root_causes.cause_title(self.finding(self.located(key, got, edit=True))),
+                root_causes.cause_title(self.finding(self.located(key, got))))
+
     def test_later_i3_findings_belong_to_the_first(self):
         first = dict(self.finding(self.located("copy_back", True)), op_index=3)
         loss = dict(self.finding(None, "loss", "forward"), op_index=5)

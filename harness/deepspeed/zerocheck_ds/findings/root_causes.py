@@ -122,7 +122,10 @@ def _gradient_words(origin):
 def _i3_title(finding, suffix):
     origin = finding.get("origin") or {}
     if origin.get("action") == "located":
-        edit = " after a gathered edit" if origin.get("after_gathered_edit") else ""
+        # An edit changes values, never whether a parameter got a gradient: the gradient of one
+        # that got none is zero whatever was edited, so an edit says nothing of where that parts.
+        edit = (" after a gathered edit" if origin.get("after_gathered_edit") and not (
+            origin.get("got_gradient") is False and "gradient" in origin["quantity"]) else "")
         left = ", not restored by the load" if origin.get("restored") is False else ""
         return (f"I3 {origin['op']}: {origin['quantity']} first differs from the dense twin{edit}"
                 f"{_gradient_words(origin)}{left}: {origin['file']} {origin['function']}(){suffix}")
