@@ -93,6 +93,49 @@ class AfterARelease(unittest.TestCase):
                                   "without their data"})
 
 
+class AfterASaveThatRaised(unittest.TestCase):
+    """A load of a save that raised, and a consolidation that raised on what it left, are the
+    save's cause (replay/checkpoints.py marks them); without the save's finding, a key of its own
+    that no row holds; a finding without the mark keeps its own key."""
+
+    SAVE = "deepspeed/runtime/zero/parameter_offload.py get_param_coordinator()"
+    AFTER = {"action": "failed save", "op_index": 1, "exception": "TypeError: 'int' object is not "
+             "subscriptable", "why": "..."}
+
+    def save(self):
+        return {"invariant": "op", "op": "save", "op_index": 1, "signature": "op save: TypeError",
+                "origin": {"action": "raised", "file": self.SAVE.split()[0],
+                           "function": "get_param_coordinator", "line": 171}}
+
+    def load(self, after=AFTER):
+        return {"invariant": "op", "op": "load", "op_index": 2, "origin": None, "after": after,
+                "signature": "op load: FileNotFoundError: load_checkpoint('PATH', tag=None) found "
+                             "no checkpoint (it returned None)"}
+
+    def consolidation(self, what, after=AFTER):
+        return {"invariant": "I6", "op": "save", "op_index": 1, "attribute": what, "origin": None,
+                "after": after, "signature": f"I6 save: {what}: TypeError"}
+
+    def test_the_load_and_the_consolidations_join_the_save(self):
+        verdict = {"findings": [self.save(), self.consolidation("the engine's 16-bit consolidated "
+                                                                "state dict"),
+                                self.consolidation("zero_to_fp32's reader"), self.load()]}
+        titles = {t for t, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {f"op: raised in {self.SAVE}"})
+
+    def test_without_the_save_finding_one_key_of_its_own(self):
+        verdict = {"findings": [self.load()]}
+        titles = {t for t, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {"op load: after a save that raised"})
+        self.assertNotIn("op load: after a save that raised", root_causes.known_upstream())
+
+    def test_without_the_mark_its_own_key(self):
+        verdict = {"findings": [self.save(), self.load(after=None),
+                                self.consolidation("zero_to_fp32's reader", after=None)]}
+        titles = [t for t, _ in root_causes.scenario_causes(verdict)]
+        self.assertEqual(titles[1:], [self.load()["signature"], "I6 save: zero_to_fp32's reader"])
+
+
 if __name__ == "__main__":
     unittest.main()
 
@@ -120,3 +163,23 @@ class I6ConsolidationKeys(unittest.TestCase):
             5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected,
             {"0.weight": torch.ones(2), "1.weight": -torch.ones(2)}, after_gathered_edit=True)}
         self.assertEqual(edited, {next(iter(differs)) + " after a gathered edit"})
+
+    def test_a_value_of_a_parameter_i3_found_off_the_twin_before_is_i3s_cause(self):
+        expected = {"0.weight": torch.ones(2), "1.weight": torch.ones(2)}
+        differs = [asdict(f) for f in checkpoints.compare_state_dict(
+            5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected,
+            {"0.weight": -torch.ones(2), "1.weight": -torch.ones(2)})]
+        located = {"action": "located", "op": "step", "quantity": "the gradient handed to the "
+                   "optimizer", "file": "deepspeed/runtime/zero/stage3.py",
+                   "function": "_prepare_sub_group", "got_gradient": False}
+        stale = {"invariant": "I3", "op": "step", "op_index": 3, "module_path": "1",
+                 "param": "weight", "attribute": "value", "origin": located,
+                 "signature": "I3 step: value differs from the dense twin on Linear parameter"}
+        titles = dict((f["module_path"], t) for t, f in
+                      root_causes.scenario_causes({"findings": [stale] + differs})[1:])
+        self.assertEqual(titles["1"], root_causes.cause_title(stale))  # off the twin since op 3
+        self.assertEqual(titles["0"], "I6 save: zero_to_fp32's get_fp32_state_dict_from_zero_"
+                                      "checkpoint: a value differs from the dense twin's")
+        later = dict(stale, op_index=7)  # I3 after the save: the consolidation's own cause
+        self.assertEqual({t for t, _ in root_causes.scenario_causes(
+            {"findings": [later] + differs})[1:]}, {titles["0"]})

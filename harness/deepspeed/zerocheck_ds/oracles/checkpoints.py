@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from ..findings.verdict import Finding
+from ..findings.verdict import DIFFERS_FROM_THE_TWIN, Finding
 from ..world.exchange import ExchangeError
 from .engine_state import StateUnavailable
 from .numerics import difference, describe_gap
@@ -263,8 +263,8 @@ def compare_state_dict(index, op, what, expected, actual, after_gathered_edit=Fa
         module, _, param = key.rpartition(".")
         # What is wrong keys the root cause: a key missing and a value that differs are two bugs.
         wrong = (actual_value if isinstance(actual_value, str) else
-                 "a value differs from the dense twin's" + (" after a gathered edit"
-                                                            if after_gathered_edit else ""))
+                 DIFFERS_FROM_THE_TWIN + (" after a gathered edit" if after_gathered_edit
+                                          else ""))
         findings.append(Finding(
             invariant="I6", op_index=index, op=op, module_path=module, param=param,
             attribute=what, expected=expected_value, actual=actual_value,

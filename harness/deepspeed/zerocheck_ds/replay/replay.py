@@ -112,6 +112,7 @@ class Replay:
             self.config = adapter.universal_config(self.config)
         self.saved = {}  # tag (None: the engine's default) -> the saved engine's target path
         self.latest_save = None  # the tag of the last save
+        self.failed_saves = {}  # tag -> the `after` of what a failed save makes fail later
         self._make_checks(exchange, disabled)
         self.trace = Trace() if trace else None
         self.knob_seed = knob_seed
