@@ -2,6 +2,7 @@
 config is refused and changes nothing, a gather's published edit is followed by the twin; engines
 that break either are caught (I5, I3)."""
 
+import dataclasses
 import os
 import unittest
 
@@ -68,9 +69,31 @@ class ReadsTheGatheredCopy(PassThroughAdapter):
             super().step(engine)
 
 
-def replay(name, adapter):
+class PartitionsThenRaises(PassThroughAdapter):
+    """An initialize that takes the parameters' data away and then raises, as DeepSpeed's does
+    when it fails after partitioning the model (a user attribute it cannot take, say)."""
+
+    def initialize(self, model, optimizer, config):
+        super().initialize(model, optimizer, config)  # an invalid config is refused untouched
+        for p in model.parameters():
+            p.data = torch.empty(0)
+        raise RuntimeError("planted: failed after partitioning")
+
+
+class ReleaseLeavesThePartitions(PassThroughAdapter):
+    """A release that leaves the parameters without their data, as DeepSpeed's destroy() does."""
+
+    def release(self, engine):
+        super().release(engine)
+        for p in engine.module.parameters():
+            p.data = torch.empty(0)
+
+
+def replay(name, adapter, ops=None):
     scenario = load_scenario(os.path.join(SCENARIOS, f"{name}.json"))
     scenario.world_size = 1  # one rank here: the twin follows
+    if ops is not None:
+        scenario.ops = [dataclasses.replace(scenario.ops[i], **change) for i, change in ops]
     return Replay(scenario, adapter, exchange=Exchange(0, 1)).run()
 
 
@@ -131,6 +154,31 @@ class Gather(unittest.TestCase):
 
     def test_without_a_modifier_rank_nothing_is_kept(self):
         self.assertEqual(found(replay("gather_no_modifier_rank", DropsTheEdit()), "I3"), [])
+
+
+
+class LeftWithoutData(unittest.TestCase):
+    """The user's forward that fails on what an earlier operation left without data names it
+    (its `after`, which root_causes.py joins to that operation's cause): an initialize that
+    raised after partitioning, a release that left the partitions (an operation's forward and
+    I5's after an invalid config alike)."""
+
+    def test_a_forward_after_an_initialize_that_raised_names_it(self):
+        # config_error_micro_batch op 2 is a plain initialize, op 3 a forward
+        result = replay("config_error_micro_batch", PartitionsThenRaises())
+        forward = [f for f in result.findings if f.invariant == "op" and f.op == "forward"]
+        self.assertTrue(forward, [f.one_line() for f in result.findings])
+        self.assertEqual(forward[0].after["action"], "failed initialize")
+        self.assertEqual(forward[0].after["op_index"], 2)
+
+    def test_i5_s_forward_after_a_release_names_it(self):
+        # ops: a plain initialize, its release, then initialize with the invalid config
+        result = replay("config_error_micro_batch", ReleaseLeavesThePartitions(),
+                        ops=[(2, {}), (2, {"op": "release"}), (11, {})])
+        probe = [f for f in result.findings if f.invariant == "I5"]
+        self.assertTrue(probe, [f.one_line() for f in result.findings])
+        self.assertEqual(probe[0].after["action"], "release")
+        self.assertEqual(probe[0].after["op_index"], 1)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,29 @@ class AfterARelease(unittest.TestCase):
                                        f"{self.FREE}"})
         self.assertIn(titles[0], root_causes.known_upstream())
 
+    def test_i5_s_forward_after_the_release_joins_its_i4_cause_too(self):
+        release = dict(i4(self.FREE, rule="given back whole", op="release"), op_index=2)
+        probe = dict(self.failed_forward(5, "mat2 must be a matrix"), invariant="I5",
+                     op="initialize", signature="I5 initialize: not true that training still runs "
+                     "after a rejected initialize: RuntimeError: mat2 must be a matrix, got N-D "
+                     "tensor")
+        titles = [t for t, _ in root_causes.scenario_causes({"findings": [release, probe]})]
+        self.assertEqual(titles[1], titles[0])
+
+    def test_after_an_initialize_that_raised_its_cause(self):
+        raised = {"invariant": "op", "op": "initialize", "op_index": 0, "signature": "op initialize",
+                  "origin": {"action": "raised", "file": "deepspeed/runtime/zero/parameter_offload.py",
+                             "function": "_register_hooks_recursively", "line": 265}}
+        forward = dict(self.failed_forward(1, "size mismatch"),
+                       after={"action": "failed initialize", "op_index": 0, "params": ["w"],
+                              "why": "..."})
+        titles = [t for t, _ in root_causes.scenario_causes({"findings": [raised, forward]})]
+        self.assertEqual(titles, ["op: raised in deepspeed/runtime/zero/parameter_offload.py "
+                                  "_register_hooks_recursively()"] * 2)
+        alone = {t for t, _ in root_causes.scenario_causes({"findings": [forward]})}
+        self.assertEqual(alone, {"op forward: after an initialize that raised and left the model's "
+                                 "parameters without their data"})
+
     def test_without_the_release_finding_one_key_of_its_own(self):
         verdict = {"findings": [self.failed_forward(4, "mat2 must be a matrix"),
                                 self.failed_forward(6, "size mismatch")]}

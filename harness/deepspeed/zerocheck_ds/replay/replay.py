@@ -98,6 +98,7 @@ class Replay:
         self.loss = None
         self.loss_engine = None
         self.last_release = None  # the op index of the last release or destroy that ran
+        self.last_failed_initialize = None  # the op index of the last first initialize that raised
         self.backward_since_step = False
         self.injections = Injections()  # the world's armed inject operations (injection.py)
         self.config = copy.deepcopy(scenario.config)

@@ -143,17 +143,25 @@ def run_forward(replay, x, cursor):
 
 def left_without_data(replay):
     """Why the user's own forward failed, when an engine's release left the model's parameters
-    without their data (DeepSpeed's destroy() leaves them partitioned): that release (the
-    finding's `after`: its root cause is the release's own I4 one, root_causes.py), or None."""
-    if replay.last_release is None or root_engine(replay) is not None:
+    without their data (DeepSpeed's destroy() leaves them partitioned), or an initialize that
+    raised midway did (after it partitioned them): that operation (the finding's `after`: its
+    root cause is the release's own I4 one, or the initialize's own, root_causes.py), or None."""
+    if root_engine(replay) is not None:
         return None
+    earlier = [(i, action) for i, action in ((replay.last_release, "release"),
+                                             (replay.last_failed_initialize, "failed initialize"))
+               if i is not None]
+    if not earlier:
+        return None
+    index, action = max(earlier)  # the later of the two left the model as it is
     scenario_numels = {n: p.numel() for n, p in build_tree(replay.scenario).root.named_parameters()}
     empty = [n for n, p in replay.root.named_parameters()
              if p.numel() < scenario_numels.get(n, 0)]
     if not empty:
         return None
-    return {"action": "release", "op_index": replay.last_release, "params": empty,
-            "why": f"the release at op {replay.last_release} left {len(empty)} parameter(s) "
+    what = "release" if action == "release" else "initialize that raised"
+    return {"action": action, "op_index": index, "params": empty,
+            "why": f"the {what} at op {index} left {len(empty)} parameter(s) "
                    f"without their data, e.g. {empty[0]!r}"}
 
 
