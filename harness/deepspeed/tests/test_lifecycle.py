@@ -181,5 +181,24 @@ class LeftWithoutData(unittest.TestCase):
         self.assertEqual(probe[0].after["op_index"], 1)
 
 
+
+class NeedsABackwardToStep(PassThroughAdapter):
+    step_needs_backward = True  # as DeepSpeed's adapter declares
+
+
+class StepAfterABackwardOfNoEngine(unittest.TestCase):
+    """A backward of the user's model before any initialize is not one the new engine's step
+    can use: the step is skipped, as DeepSpeed's needs (its KeyError otherwise)."""
+
+    def test_the_step_of_a_new_engine_needs_its_own_backward(self):
+        # forward, backward and step with no engine, then initialize and step
+        result = replay("config_error_micro_batch", NeedsABackwardToStep(),
+                        ops=[(1, {}), (4, {}), (5, {}), (2, {}), (5, {})])
+        skipped = {(s["op_index"], s["reason"]) for s in result.skipped}
+        self.assertIn((2, "no engine"), skipped)
+        self.assertIn((4, "no backward since the last step: passthrough's step needs one"),
+                      skipped)
+
+
 if __name__ == "__main__":
     unittest.main()

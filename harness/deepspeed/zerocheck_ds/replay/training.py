@@ -72,7 +72,9 @@ def backward(replay, op):
     finally:
         if hook is not None:
             hook.remove()
-    replay.backward_since_step = replay.backward_since_step or ok
+    # A backward through no live engine (the user's model before any initialize) is none an
+    # engine's step can use: DeepSpeed's step after it indexes gradients it never reduced.
+    replay.backward_since_step = replay.backward_since_step or (ok and through_engine)
     if replay.numerics is not None:
         replay.numerics.backward(replay.index, ok, through_engine, losses=losses,
                                  gradients=gradients)
