@@ -173,3 +173,25 @@ class AfterASaveThatRaised(unittest.TestCase):
             self.assertEqual(after[("I6", "save", what)]["op_index"], save.op_index, what)
         self.assertIsNone(after[("I6", "save", "the live state, broken otherwise")])
         self.assertIsNone(after[("op", "save", None)])
+
+
+class ValuesRestoredFromTheMasters(unittest.TestCase):
+    """A load whose values are the save's fp32 masters where those differed from the saved values
+    (a gathered edit reached the values, never the masters) is named so: a cause of its own,
+    not the catch-all 'value' (campaign 11's random-0004 on DeepSpeed v0.14.5)."""
+
+    def test_named_after_the_saved_masters(self):
+        saved = {("w", "value"): -torch.ones(2), ("w", "master"): torch.ones(2)}
+        others = [("the saved masters", "the save's fp32 master",
+                   checkpoints.values_from_masters(saved))]
+        found = checkpoints.compare(6, "load", {("w", "value"): -torch.ones(2)},
+                                    {("w", "value"): torch.ones(2)}, others)
+        self.assertEqual(found[0].actual["same_as"], "the save's fp32 master")
+
+    def test_masters_equal_to_the_values_name_nothing(self):
+        saved = {("w", "value"): torch.ones(2), ("w", "master"): torch.ones(2)}
+        others = [("the saved masters", "the save's fp32 master",
+                   checkpoints.values_from_masters(saved))]
+        found = checkpoints.compare(6, "load", {("w", "value"): torch.ones(2)},
+                                    {("w", "value"): torch.zeros(2)}, others)
+        self.assertNotIn("same_as", found[0].actual)

@@ -172,6 +172,13 @@ class CheckpointChecks:
             others = [((f"what the save with tag {tag!r} wrote" if tag is not None else
                         "what the untagged save wrote"), "another save's value", snapshot)
                       for tag, snapshot in self._snapshots.items()]
+            # Values rebuilt from a save's fp32 masters where they differed from its values: a
+            # gathered edit reaches the parameters, never the masters (DeepSpeed's documented
+            # loss of the edit), and a load that restores the values from the masters loses it.
+            others += [((f"the fp32 master the save with tag {tag!r} wrote" if tag is not None
+                         else "the fp32 master the untagged save wrote"), "the save's fp32 master",
+                        values_from_masters(snapshot))
+                       for tag, snapshot in self._snapshots.items()]
             if before is not None:
                 # Also as a load that restored nothing but rebuilt the fp32 masters from the
                 # parameters (R10: no ZeRO checkpoint read) leaves it: with 16-bit parameters
@@ -213,6 +220,12 @@ def masters_from_values(state):
     """`state` ({(name, field): tensor}) with each master replaced by its parameter's value."""
     return {(name, field): state.get((name, "value"), value) if field in MASTER_FIELDS else value
             for (name, field), value in state.items()}
+
+
+def values_from_masters(state):
+    """{(name, "value"): its fp32 master} for each parameter of `state` that has a master."""
+    return {(name, "value"): value for (name, field), value in state.items()
+            if field in MASTER_FIELDS}
 
 
 def compare(index, op, expected, actual, others=()):
