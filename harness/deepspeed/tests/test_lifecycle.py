@@ -3,7 +3,9 @@ config is refused and changes nothing, a gather's published edit is followed by 
 that break either are caught (I5, I3)."""
 
 import dataclasses
+import json
 import os
+import tempfile
 import unittest
 
 import torch
@@ -198,6 +200,67 @@ class StepAfterABackwardOfNoEngine(unittest.TestCase):
         self.assertIn((2, "no engine"), skipped)
         self.assertIn((4, "no backward since the last step: passthrough's step needs one"),
                       skipped)
+
+
+
+class _ReadRaises(dict):
+    """A module's `_parameters` whose reads raise once `armed`, as ZeRO-3's ZeROOrderedDict does
+    when a forward that raised left `_in_forward` set (it gathers and registers the parameter)."""
+
+    armed = False
+
+    def __getitem__(self, key):
+        if _ReadRaises.armed:
+            raise TypeError("'int' object does not support item assignment")
+        return super().__getitem__(key)
+
+
+class ForwardLeavesReadsRaising(PassThroughAdapter):
+    """Its forward arms the parameter reads and raises; this file is its upstream code."""
+
+    def upstream_package(self):
+        return os.path.abspath(__file__)
+
+    def initialize(self, model, optimizer, config):
+        _ReadRaises.armed = False
+        for module in model.modules():
+            module._parameters = _ReadRaises(module._parameters)
+        return super().initialize(model, optimizer, config)
+
+    def forward(self, engine, x, route):
+        _ReadRaises.armed = True
+        raise RuntimeError("planted: the forward failed")
+
+    def release(self, engine):
+        _ReadRaises.armed = False
+        super().release(engine)
+
+
+class AParameterWhoseReadRaises(unittest.TestCase):
+    """I1 on a parameter that an engine's code fails to read is not 'the object is gone': the
+    finding names the read's error and the upstream code that raised it (its root cause)."""
+
+    def test_the_read_s_raiser_is_named(self):
+        with open(os.path.join(SCENARIOS, "config_error_micro_batch.json"), encoding="utf-8") as f:
+            data = json.load(f)
+        data["tree"][1]["param_attrs"] = {"weight": [{"name": "tag", "value": 1}]}
+        data["ops"] = [{"op": "initialize", "optimizer": "same", "target": ""},
+                       {"op": "forward", "route": []}]
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "read_raises.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            scenario = load_scenario(path)
+        scenario.world_size = 1
+        try:
+            result = Replay(scenario, ForwardLeavesReadsRaising(), exchange=Exchange(0, 1)).run()
+        finally:
+            _ReadRaises.armed = False
+        found = [f for f in result.findings if f.invariant == "I1" and f.param == "weight"]
+        self.assertTrue(found, [f.one_line() for f in result.findings])
+        self.assertIn("raised TypeError", found[0].exception)
+        self.assertNotIn("the object is gone", found[0].exception)
+        self.assertEqual((found[0].origin or {}).get("function"), "__getitem__")
 
 
 if __name__ == "__main__":
