@@ -123,3 +123,75 @@ class WhatALoadRestores(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SaveRaises(PassThroughAdapter):
+    """A save that raises before it writes anything, and what fails after it: the load (as
+    DeepSpeed's load_checkpoint finds no checkpoint), the consolidation that reads the checkpoint,
+    one of the live state that breaks as the save did, and one that breaks another way."""
+
+    SAVE_ERROR = "planted: the save broke"
+
+    def save(self, engine, directory, tag):
+        raise RuntimeError(self.SAVE_ERROR)
+
+    def load(self, engine, directory, tag, optimizer_states=True, module_only=False):
+        if not os.path.exists(os.path.join(directory, "latest")):
+            raise FileNotFoundError("found no checkpoint")
+        super().load(engine, directory, tag, optimizer_states, module_only)
+
+    def consolidated(self, engine, directory, tag):
+        out = {}
+        for what, make in (("the saved module state dict",
+                            lambda: super(SaveRaises, self).consolidated(engine, directory, tag)),
+                           ("the live state, broken alike", self._broken_alike),
+                           ("the live state, broken otherwise", self._broken_otherwise)):
+            try:
+                out[what] = make()
+            except Exception as e:  # noqa: BLE001 - as the DeepSpeed adapter hands them on
+                out[what] = e
+        return out
+
+    def _broken_alike(self):
+        raise RuntimeError(self.SAVE_ERROR)
+
+    def _broken_otherwise(self):
+        raise ValueError("another bug")
+
+
+class AfterASaveThatRaised(unittest.TestCase):
+    """The load of a save that raised and the consolidations that raised on what it left say so
+    (their `after`: root_causes.py joins them to the save's cause); another failure does not."""
+
+    def test_the_load_and_the_consolidations_name_the_failed_save(self):
+        result = replay("adam_save_train_load", SaveRaises())
+        save = next(f for f in result.findings if f.invariant == "op" and f.op == "save")
+        after = {(f.invariant, f.op, f.attribute): f.after for f in result.findings}
+        self.assertEqual(after[("op", "load", None)]["op_index"], save.op_index)
+        self.assertEqual(after[("op", "load", None)]["action"], "failed save")
+        for what in ("the saved module state dict", "the live state, broken alike"):
+            self.assertEqual(after[("I6", "save", what)]["op_index"], save.op_index, what)
+        self.assertIsNone(after[("I6", "save", "the live state, broken otherwise")])
+        self.assertIsNone(after[("op", "save", None)])
+
+
+class ValuesRestoredFromTheMasters(unittest.TestCase):
+    """A load whose values are the save's fp32 masters where those differed from the saved values
+    (a gathered edit reached the values, never the masters) is named so: a cause of its own,
+    not the catch-all 'value' (campaign 11's random-0004 on DeepSpeed v0.14.5)."""
+
+    def test_named_after_the_saved_masters(self):
+        saved = {("w", "value"): -torch.ones(2), ("w", "master"): torch.ones(2)}
+        others = [("the saved masters", "the save's fp32 master",
+                   checkpoints.values_from_masters(saved))]
+        found = checkpoints.compare(6, "load", {("w", "value"): -torch.ones(2)},
+                                    {("w", "value"): torch.ones(2)}, others)
+        self.assertEqual(found[0].actual["same_as"], "the save's fp32 master")
+
+    def test_masters_equal_to_the_values_name_nothing(self):
+        saved = {("w", "value"): torch.ones(2), ("w", "master"): torch.ones(2)}
+        others = [("the saved masters", "the save's fp32 master",
+                   checkpoints.values_from_masters(saved))]
+        found = checkpoints.compare(6, "load", {("w", "value"): torch.ones(2)},
+                                    {("w", "value"): torch.zeros(2)}, others)
+        self.assertNotIn("same_as", found[0].actual)

@@ -85,12 +85,78 @@ class AfterARelease(unittest.TestCase):
                                        f"{self.FREE}"})
         self.assertIn(titles[0], root_causes.known_upstream())
 
+    def test_i5_s_forward_after_the_release_joins_its_i4_cause_too(self):
+        release = dict(i4(self.FREE, rule="given back whole", op="release"), op_index=2)
+        probe = dict(self.failed_forward(5, "mat2 must be a matrix"), invariant="I5",
+                     op="initialize", signature="I5 initialize: not true that training still runs "
+                     "after a rejected initialize: RuntimeError: mat2 must be a matrix, got N-D "
+                     "tensor")
+        titles = [t for t, _ in root_causes.scenario_causes({"findings": [release, probe]})]
+        self.assertEqual(titles[1], titles[0])
+
+    def test_after_an_initialize_that_raised_its_cause(self):
+        raised = {"invariant": "op", "op": "initialize", "op_index": 0, "signature": "op initialize",
+                  "origin": {"action": "raised", "file": "deepspeed/runtime/zero/parameter_offload.py",
+                             "function": "_register_hooks_recursively", "line": 265}}
+        forward = dict(self.failed_forward(1, "size mismatch"),
+                       after={"action": "failed initialize", "op_index": 0, "params": ["w"],
+                              "why": "..."})
+        titles = [t for t, _ in root_causes.scenario_causes({"findings": [raised, forward]})]
+        self.assertEqual(titles, ["op: raised in deepspeed/runtime/zero/parameter_offload.py "
+                                  "_register_hooks_recursively()"] * 2)
+        alone = {t for t, _ in root_causes.scenario_causes({"findings": [forward]})}
+        self.assertEqual(alone, {"op forward: after an initialize that raised and left the model's "
+                                 "parameters without their data"})
+
     def test_without_the_release_finding_one_key_of_its_own(self):
         verdict = {"findings": [self.failed_forward(4, "mat2 must be a matrix"),
                                 self.failed_forward(6, "size mismatch")]}
         titles = {t for t, _ in root_causes.scenario_causes(verdict)}
         self.assertEqual(titles, {"op forward: after a release that left the model's parameters "
                                   "without their data"})
+
+
+class AfterASaveThatRaised(unittest.TestCase):
+    """A load of a save that raised, and a consolidation that raised on what it left, are the
+    save's cause (replay/checkpoints.py marks them); without the save's finding, a key of its own
+    that no row holds; a finding without the mark keeps its own key."""
+
+    SAVE = "deepspeed/runtime/zero/parameter_offload.py get_param_coordinator()"
+    AFTER = {"action": "failed save", "op_index": 1, "exception": "TypeError: 'int' object is not "
+             "subscriptable", "why": "..."}
+
+    def save(self):
+        return {"invariant": "op", "op": "save", "op_index": 1, "signature": "op save: TypeError",
+                "origin": {"action": "raised", "file": self.SAVE.split()[0],
+                           "function": "get_param_coordinator", "line": 171}}
+
+    def load(self, after=AFTER):
+        return {"invariant": "op", "op": "load", "op_index": 2, "origin": None, "after": after,
+                "signature": "op load: FileNotFoundError: load_checkpoint('PATH', tag=None) found "
+                             "no checkpoint (it returned None)"}
+
+    def consolidation(self, what, after=AFTER):
+        return {"invariant": "I6", "op": "save", "op_index": 1, "attribute": what, "origin": None,
+                "after": after, "signature": f"I6 save: {what}: TypeError"}
+
+    def test_the_load_and_the_consolidations_join_the_save(self):
+        verdict = {"findings": [self.save(), self.consolidation("the engine's 16-bit consolidated "
+                                                                "state dict"),
+                                self.consolidation("zero_to_fp32's reader"), self.load()]}
+        titles = {t for t, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {f"op: raised in {self.SAVE}"})
+
+    def test_without_the_save_finding_one_key_of_its_own(self):
+        verdict = {"findings": [self.load()]}
+        titles = {t for t, _ in root_causes.scenario_causes(verdict)}
+        self.assertEqual(titles, {"op load: after a save that raised"})
+        self.assertNotIn("op load: after a save that raised", root_causes.known_upstream())
+
+    def test_without_the_mark_its_own_key(self):
+        verdict = {"findings": [self.save(), self.load(after=None),
+                                self.consolidation("zero_to_fp32's reader", after=None)]}
+        titles = [t for t, _ in root_causes.scenario_causes(verdict)]
+        self.assertEqual(titles[1:], [self.load()["signature"], "I6 save: zero_to_fp32's reader"])
 
 
 if __name__ == "__main__":
@@ -120,3 +186,23 @@ class I6ConsolidationKeys(unittest.TestCase):
             5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected,
             {"0.weight": torch.ones(2), "1.weight": -torch.ones(2)}, after_gathered_edit=True)}
         self.assertEqual(edited, {next(iter(differs)) + " after a gathered edit"})
+
+    def test_a_value_of_a_parameter_i3_found_off_the_twin_before_is_i3s_cause(self):
+        expected = {"0.weight": torch.ones(2), "1.weight": torch.ones(2)}
+        differs = [asdict(f) for f in checkpoints.compare_state_dict(
+            5, "save", "zero_to_fp32's get_fp32_state_dict_from_zero_checkpoint", expected,
+            {"0.weight": -torch.ones(2), "1.weight": -torch.ones(2)})]
+        located = {"action": "located", "op": "step", "quantity": "the gradient handed to the "
+                   "optimizer", "file": "deepspeed/runtime/zero/stage3.py",
+                   "function": "_prepare_sub_group", "got_gradient": False}
+        stale = {"invariant": "I3", "op": "step", "op_index": 3, "module_path": "1",
+                 "param": "weight", "attribute": "value", "origin": located,
+                 "signature": "I3 step: value differs from the dense twin on Linear parameter"}
+        titles = dict((f["module_path"], t) for t, f in
+                      root_causes.scenario_causes({"findings": [stale] + differs})[1:])
+        self.assertEqual(titles["1"], root_causes.cause_title(stale))  # off the twin since op 3
+        self.assertEqual(titles["0"], "I6 save: zero_to_fp32's get_fp32_state_dict_from_zero_"
+                                      "checkpoint: a value differs from the dense twin's")
+        later = dict(stale, op_index=7)  # I3 after the save: the consolidation's own cause
+        self.assertEqual({t for t, _ in root_causes.scenario_causes(
+            {"findings": [later] + differs})[1:]}, {titles["0"]})

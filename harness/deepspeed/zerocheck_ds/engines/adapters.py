@@ -49,6 +49,9 @@ class Adapter:
     # Whether initialize is only defined for a target with trainable parameters (DeepSpeed's
     # ZeRO-3 raises IndexError on a parameterless model); the replay then skips it, noting why.
     initialize_needs_parameters = False
+    # The names (consolidated's keys) of the consolidations that read the checkpoint the save
+    # wrote: after a save that raised, what they raise is that failure's consequence.
+    CHECKPOINT_READERS = ()
 
     def version(self):
         raise NotImplementedError
@@ -188,6 +191,8 @@ class PassThroughAdapter(Adapter):
     """
 
     name = "passthrough"
+    # Its one consolidation reads the checkpoint (replay/checkpoints.py: after a failed save).
+    CHECKPOINT_READERS = ("the saved module state dict",)
 
     def __init__(self):
         self._live = []  # engines not yet released

@@ -131,6 +131,9 @@ class DeepSpeedAdapter(Adapter):
 
     # zero_to_fp32 reads the checkpoint's fp32 masters, not the 16-bit values (checkpoints.py).
     FP32_MASTER_CONSOLIDATIONS = (ZERO_TO_FP32,)
+    # The consolidations that read the checkpoint the save wrote: after a save that raised, what
+    # they raise is the save's failure again (checkpoints.py joins it to the save's finding).
+    CHECKPOINT_READERS = (ZERO_TO_FP32,)
 
     def gather(self, engine, module, modifier_rank, scale):
         import torch

@@ -31,6 +31,11 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
 - I6: after a load whose values equal another known state (another save's, the one before the
   load), that state, whatever the field; a consolidated state dict and what is wrong in it (a key
   missing, a key too many, a shape, a value that differs); otherwise the field;
+- a finding that follows from an earlier failure of its scenario (its `after`): that failure's
+  cause. The user's forward (an operation's, or I5's after a repeated initialize) on what a
+  release left joins the release's I4 cause, on what an initialize that raised midway left the
+  initialize's own; a load of a save that raised, and a consolidation that raised on what that
+  save left, join the save's own;
 - anything else (a crash, a hang, a finding no upstream frame explains): its signature.
 
 Lines are shown, never keyed: a cause keeps its identity across DeepSpeed commits. The stage is
@@ -41,7 +46,7 @@ import os
 import re
 
 from .signatures import slug
-from .verdict import NEW_INVARIANTS
+from .verdict import DIFFERS_FROM_THE_TWIN, NEW_INVARIANTS
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # zerocheck_ds
 # The checkout's table (harness/deepspeed/KNOWN_UPSTREAM.md); installed (pip install
@@ -49,6 +54,14 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # zeroch
 KNOWN_UPSTREAM = os.path.join(os.path.dirname(_PACKAGE), "KNOWN_UPSTREAM.md")
 if not os.path.exists(KNOWN_UPSTREAM):
     KNOWN_UPSTREAM = os.path.join(_PACKAGE, "corpus", "KNOWN_UPSTREAM.md")
+# What a finding's `after` names (replay/training.py, replay/checkpoints.py) -> (the invariant of
+# the earlier operation's finding whose cause it joins, the key when the verdict has none).
+_LEFT_BY = {
+    "release": ("I4", "after a release that left the model's parameters without their data"),
+    "failed initialize": ("op", "after an initialize that raised and left the model's parameters "
+                                "without their data"),
+    "failed save": ("op", "after a save that raised"),
+}
 _ISSUE_LINK = re.compile(r"\[#(\d+)\]\((https://github\.com/[^)\s]+)\)")
 
 
@@ -61,10 +74,11 @@ def cause_title(finding, first_i3=None):
         finding = first_i3
     stage = re.search(r" \[ZeRO stage \d\]$", finding.get("signature", ""))
     suffix = stage.group(0) if stage else ""
-    if invariant == "op" and not origin and (finding.get("after") or {}).get("action") == "release":
-        # Its release's I4 cause where I4 ran (scenario_causes); this key where it did not.
-        return (f"op {finding.get('op')}: after a release that left the model's parameters "
-                f"without their data{suffix}")
+    after = (finding.get("after") or {}).get("action")
+    if not origin and after in _LEFT_BY:
+        # The earlier operation's cause where the verdict has its finding (scenario_causes); this
+        # key where it does not (I4 switched off, say).
+        return f"{invariant} {finding.get('op') or 'build'}: {_LEFT_BY[after][1]}{suffix}"
     if origin and invariant not in NEW_INVARIANTS:
         verb = {"raised": "raised in", "registered": "hook registered by"}.get(
             origin.get("action"), "written by")
@@ -137,21 +151,45 @@ def _i3_title(finding, suffix):
 
 
 def scenario_causes(verdict):
-    """[(cause title, finding)] for every finding of one verdict, in order. An operation that
-    failed on what an earlier release left (its `after`) belongs to that release's
-    I4 cause when the verdict has it: one bug, whatever torch's message for each layer."""
+    """[(cause title, finding)] for every finding of one verdict, in order. A finding that
+    failed on what an earlier operation left (its `after`) belongs to that operation's cause
+    when the verdict has it: a forward (an operation's, or I5's) on what a release left to the
+    release's I4 cause (one bug, whatever torch's message for each layer), on what an initialize
+    that raised left to the initialize's own, a load or consolidation after a save that raised to
+    the save's own (the operation's finding there); a consolidated state dict's
+    value that differs from the dense twin's on a parameter I3 found off the twin's trajectory
+    at or before that save to the scenario's I3 cause (the consolidation is right: the twin
+    was left behind earlier)."""
     i3 = [f for f in verdict["findings"] if f.get("invariant") == "I3"]
     first = min(i3, key=lambda f: (f.get("op_index") if f.get("op_index") is not None else -1),
                 default=None)
     titles = [cause_title(f, first) for f in verdict["findings"]]
     for i, f in enumerate(verdict["findings"]):
+        if _off_the_twin_before(f, i3):
+            titles[i] = cause_title(first, first)
+            continue
         after = f.get("after") or {}
-        if f.get("invariant") == "op" and not f.get("origin") and after.get("action") == "release":
-            release = [t for t, g in zip(titles, verdict["findings"])
-                       if g.get("invariant") == "I4" and g.get("op_index") == after["op_index"]]
-            if release:
-                titles[i] = release[0]
+        if f.get("origin") or after.get("action") not in _LEFT_BY:
+            continue
+        earlier = _LEFT_BY[after["action"]][0]
+        cause = [t for t, g in zip(titles, verdict["findings"])
+                 if g.get("invariant") == earlier and g.get("op_index") == after["op_index"]]
+        if cause:
+            titles[i] = cause[0]
     return list(zip(titles, verdict["findings"]))
+
+
+def _off_the_twin_before(finding, i3):
+    """Whether `finding` is a consolidation's value that differs from the dense twin's on a
+    parameter that an I3 finding (of `i3`) already found off the twin at or before its op."""
+    origin = finding.get("origin") or {}
+    if (finding.get("invariant") != "I6" or origin.get("action") != "consolidated"
+            or origin.get("wrong") != DIFFERS_FROM_THE_TWIN or finding.get("op_index") is None):
+        return False
+    return any(f.get("module_path") == finding.get("module_path")
+               and f.get("param") == finding.get("param") and f.get("param") is not None
+               and f.get("op_index") is not None and f["op_index"] <= finding["op_index"]
+               for f in i3)
 
 
 def group(verdicts, limits=()):

@@ -21,6 +21,9 @@ FAILURES = ("op", "crash", "hang")
 # and the suite's second replay (I10, oracles/inert_knobs.py) check, each check counted as made or not made (with the reason);
 # each can be switched off (--disable, --ablate).
 NEW_INVARIANTS = schema.some("invariants", "I3", "I4", "I6", "I9", "I10", "I11")
+# What is wrong in a consolidated state dict whose value is not the dense twin's (an I6 finding's
+# origin["wrong"], oracles/checkpoints.py); root_causes.py joins it to an earlier I3 divergence.
+DIFFERS_FROM_THE_TWIN = "a value differs from the dense twin's"
 
 
 @dataclass
@@ -72,7 +75,9 @@ class Finding:
     # The upstream code that wrote the attribute (I1, I2) or raised: provenance.Origin.to_json().
     origin: object = None
     # An operation's failure that follows from what an earlier one left, where no upstream code
-    # raised it: {"action": "release", "op_index", "params", "why"} (replay/training.py).
+    # raised it: {"action": "release", "op_index", "params", "why"} (replay/training.py), or
+    # {"action": "failed save", "op_index", "exception", "why"}: a load of a save that raised, a
+    # consolidation that raised on what it left (replay/checkpoints.py).
     after: object = None
 
     def __post_init__(self):

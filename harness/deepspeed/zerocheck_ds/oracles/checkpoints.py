@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from ..findings.verdict import Finding
+from ..findings.verdict import DIFFERS_FROM_THE_TWIN, Finding
 from ..world.exchange import ExchangeError
 from .engine_state import StateUnavailable
 from .numerics import difference, describe_gap
@@ -172,6 +172,13 @@ class CheckpointChecks:
             others = [((f"what the save with tag {tag!r} wrote" if tag is not None else
                         "what the untagged save wrote"), "another save's value", snapshot)
                       for tag, snapshot in self._snapshots.items()]
+            # Values rebuilt from a save's fp32 masters where they differed from its values: a
+            # gathered edit reaches the parameters, never the masters (DeepSpeed's documented
+            # loss of the edit), and a load that restores the values from the masters loses it.
+            others += [((f"the fp32 master the save with tag {tag!r} wrote" if tag is not None
+                         else "the fp32 master the untagged save wrote"), "the save's fp32 master",
+                        values_from_masters(snapshot))
+                       for tag, snapshot in self._snapshots.items()]
             if before is not None:
                 # Also as a load that restored nothing but rebuilt the fp32 masters from the
                 # parameters (R10: no ZeRO checkpoint read) leaves it: with 16-bit parameters
@@ -213,6 +220,12 @@ def masters_from_values(state):
     """`state` ({(name, field): tensor}) with each master replaced by its parameter's value."""
     return {(name, field): state.get((name, "value"), value) if field in MASTER_FIELDS else value
             for (name, field), value in state.items()}
+
+
+def values_from_masters(state):
+    """{(name, "value"): its fp32 master} for each parameter of `state` that has a master."""
+    return {(name, "value"): value for (name, field), value in state.items()
+            if field in MASTER_FIELDS}
 
 
 def compare(index, op, expected, actual, others=()):
@@ -263,8 +276,8 @@ def compare_state_dict(index, op, what, expected, actual, after_gathered_edit=Fa
         module, _, param = key.rpartition(".")
         # What is wrong keys the root cause: a key missing and a value that differs are two bugs.
         wrong = (actual_value if isinstance(actual_value, str) else
-                 "a value differs from the dense twin's" + (" after a gathered edit"
-                                                            if after_gathered_edit else ""))
+                 DIFFERS_FROM_THE_TWIN + (" after a gathered edit" if after_gathered_edit
+                                          else ""))
         findings.append(Finding(
             invariant="I6", op_index=index, op=op, module_path=module, param=param,
             attribute=what, expected=expected_value, actual=actual_value,

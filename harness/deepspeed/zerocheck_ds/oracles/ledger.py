@@ -48,8 +48,11 @@ class AttributeLedger:
             return module, ObjectKey(path if path is not None else module_path, "")
         try:
             obj = module.get_parameter(param)
-        except Exception:
+        except AttributeError:  # torch's: no such parameter (hasattr swallows the others' too)
             raise WriteSkipped(f"module {module_path!r} has no parameter {param!r}") from None
+        except Exception as e:  # reading it ran an engine's code, which raised: the cause, kept
+            raise WriteSkipped(f"reading module {module_path!r} parameter {param!r} raised "
+                               f"{type(e).__name__}: {e}") from e
         found = self.built.param_key(obj)
         return obj, ObjectKey(*found) if found else ObjectKey(module_path, param)
 

@@ -28,8 +28,9 @@ def check_user_attributes(ledger, op_index, op):
         exception = None
         try:
             actual = getattr(ledger.lookup(key), name, values.ABSENT)
-        except WriteSkipped as e:
-            actual, exception = values.ABSENT, f"the object is gone: {e}"
+        except WriteSkipped as e:  # gone, or reading it raised (its __cause__)
+            actual = values.ABSENT
+            exception = str(e) if e.__cause__ is not None else f"the object is gone: {e}"
         except Exception as e:  # an engine's descriptor may raise on read
             actual, exception = values.ABSENT, f"{type(e).__name__}: {e}"
         if exception is None and values.same_literal(expected, actual):

@@ -21,8 +21,14 @@ def save(replay, op):
         return
     tag = getattr(op, "tag", None)
     # Whether it raised or not, every rank goes on alike (the checks' collectives): a save
-    # that failed is its own finding, and the load of it fails again, as a user's would.
-    attempt(replay, op.op, lambda: replay.adapter.save(live.engine, replay.checkpoint_dir, tag))
+    # that failed is its own finding, and the load of it fails again, as a user's would; what
+    # fails on the save's failure says so (its `after`: the save's root cause, root_causes.py).
+    ok, _ = attempt(replay, op.op,
+                    lambda: replay.adapter.save(live.engine, replay.checkpoint_dir, tag))
+    failed = None if ok else _failed_save(replay)
+    replay.failed_saves.pop(tag, None)
+    if failed is not None:
+        replay.failed_saves[tag] = failed
     path = path_of(replay, live.target)
     replay.saved[tag] = path
     replay.latest_save = tag
@@ -33,9 +39,12 @@ def save(replay, op):
         expected = numerics.consolidation_expectation() if numerics is not None else None
         masters = (numerics.consolidation_expectation(masters=True) if numerics is not None
                    else None)
-        report(replay, replay.checkpoints.consolidated(
+        consolidated = replay.checkpoints.consolidated(
             replay.index, op.op, tag, replay.checkpoint_dir, live.engine, replay.adapter,
-            expected, masters, numerics is not None and numerics.after_gathered_edit))
+            expected, masters, numerics is not None and numerics.after_gathered_edit)
+        if failed is not None:
+            _after_failed_save(consolidated, failed, replay.adapter)
+        report(replay, consolidated)
     if replay.numerics is not None:
         replay.numerics.saved(tag, path)
 
@@ -64,7 +73,8 @@ def load(replay, op):
             live.engine, replay.checkpoint_dir, tag))
     else:
         ok, _ = attempt(replay, op.op, lambda: replay.adapter.load(
-            live.engine, replay.checkpoint_dir, tag, optimizer_states, module_only))
+            live.engine, replay.checkpoint_dir, tag, optimizer_states, module_only),
+            cause=lambda: replay.failed_saves.get(key))
     _check_load(replay, op, live, before)
     if replay.numerics is not None:
         if ok:
@@ -74,6 +84,24 @@ def load(replay, op):
             replay.numerics.stop("a load raised")
     if op.world_size:
         _hand_over(replay, op, key, optimizer_states and not module_only)
+
+
+def _failed_save(replay):
+    """The `after` of what fails on the save that just raised (its finding the last reported)."""
+    raised = replay.result.findings[-1]
+    return {"action": "failed save", "op_index": replay.index, "exception": raised.exception,
+            "why": f"the save at op {replay.index} raised {raised.exception}"}
+
+
+def _after_failed_save(findings, failed, adapter):
+    """Marks the consolidations that raised on what the failed save left: one that reads the
+    checkpoint (there is none to read), or one that raised the save's own exception (the same
+    state broke both). Any other finding stays a cause of its own."""
+    for finding in findings:
+        if finding.exception and (finding.attribute in adapter.CHECKPOINT_READERS
+                                  or finding.exception == failed["exception"]):
+            finding.after = failed
+            finding.message += f" ({failed['why']})"
 
 
 def path_of(replay, module):

@@ -11,7 +11,7 @@ import re
 
 from ..findings.verdict import NEW_INVARIANTS, Finding
 from ..oracles import oracles
-from ..oracles.ledger import ObjectKey
+from ..oracles.ledger import ObjectKey, WriteSkipped
 from ..scenario import schema
 from .state import LiveEngine
 
@@ -111,7 +111,15 @@ def changed_by(replay, finding, changes):
 
 
 def written_by(replay, finding):
-    """Names the upstream code that last wrote or deleted an I1/I2 finding's attribute."""
+    """Names the upstream code that last wrote or deleted an I1/I2 finding's attribute, or that
+    raised when its object was read."""
+    if finding.exception and finding.param:
+        try:
+            replay.ledger.lookup(ObjectKey(finding.module_path, finding.param))
+        except WriteSkipped as e:
+            if e.__cause__ is not None:  # reading the parameter ran upstream code that raised
+                raised_by(replay, finding, e.__cause__)
+        return
     if replay.audit is None or not finding.attribute or finding.exception:
         return
     try:

@@ -17,7 +17,7 @@ from ..oracles.fingerprint import fingerprint, fingerprint_changes
 from ..scenario import config_errors, schema
 from .checks import attempt, changed_by, raised_by, report, skip
 from .state import LiveEngine, make_optimizer, trainable_parameters
-from .training import run_forward
+from .training import left_without_data, run_forward
 
 # This family's operations, each the function of its name (replay.py dispatches to them).
 OPERATIONS = schema.some("ops", "initialize", "release", "destroy")
@@ -96,8 +96,12 @@ def _first_initialize(replay, op, target, optimizer):
         if replay.numerics is not None:
             replay.numerics.initialized(op.target, op.optimizer, len(replay.live),
                                         replay.adapter.training(replay.config, engine))
-    elif replay.numerics is not None:
-        replay.numerics.stop("an initialize raised")
+    else:
+        # DeepSpeed partitions the parameters as it goes: one that raised midway may leave the
+        # model without their data (training.left_without_data names it after).
+        replay.last_failed_initialize = replay.index
+        if replay.numerics is not None:
+            replay.numerics.stop("an initialize raised")
 
 
 def _repeated_initialize(replay, target, optimizer, why_refused):
@@ -196,5 +200,7 @@ def _probe_training(replay, refused):
     except KeyboardInterrupt:
         raise
     except BaseException as e:
-        report(replay, [raised_by(replay, oracles.training_still_runs_finding(
-            replay.index, refused, e), e)])
+        finding = raised_by(replay, oracles.training_still_runs_finding(replay.index, refused, e), e)
+        if finding.origin is None:  # the forward failed on what an earlier operation left
+            finding.after = left_without_data(replay)
+        report(replay, [finding])

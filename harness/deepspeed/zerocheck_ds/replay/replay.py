@@ -98,6 +98,7 @@ class Replay:
         self.loss = None
         self.loss_engine = None
         self.last_release = None  # the op index of the last release or destroy that ran
+        self.last_failed_initialize = None  # the op index of the last first initialize that raised
         self.backward_since_step = False
         self.injections = Injections()  # the world's armed inject operations (injection.py)
         self.config = copy.deepcopy(scenario.config)
@@ -112,6 +113,7 @@ class Replay:
             self.config = adapter.universal_config(self.config)
         self.saved = {}  # tag (None: the engine's default) -> the saved engine's target path
         self.latest_save = None  # the tag of the last save
+        self.failed_saves = {}  # tag -> the `after` of what a failed save makes fail later
         self._make_checks(exchange, disabled)
         self.trace = Trace() if trace else None
         self.knob_seed = knob_seed

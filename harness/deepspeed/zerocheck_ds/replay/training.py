@@ -72,7 +72,9 @@ def backward(replay, op):
     finally:
         if hook is not None:
             hook.remove()
-    replay.backward_since_step = replay.backward_since_step or ok
+    # A backward through no live engine (the user's model before any initialize) is none an
+    # engine's step can use: DeepSpeed's step after it indexes gradients it never reduced.
+    replay.backward_since_step = replay.backward_since_step or (ok and through_engine)
     if replay.numerics is not None:
         replay.numerics.backward(replay.index, ok, through_engine, losses=losses,
                                  gradients=gradients)
@@ -143,16 +145,24 @@ def run_forward(replay, x, cursor):
 
 def left_without_data(replay):
     """Why the user's own forward failed, when an engine's release left the model's parameters
-    without their data (DeepSpeed's destroy() leaves them partitioned): that release (the
-    finding's `after`: its root cause is the release's own I4 one, root_causes.py), or None."""
-    if replay.last_release is None or root_engine(replay) is not None:
+    without their data (DeepSpeed's destroy() leaves them partitioned), or an initialize that
+    raised midway did (after it partitioned them): that operation (the finding's `after`: its
+    root cause is the release's own I4 one, or the initialize's own, root_causes.py), or None."""
+    if root_engine(replay) is not None:
         return None
+    earlier = [(i, action) for i, action in ((replay.last_release, "release"),
+                                             (replay.last_failed_initialize, "failed initialize"))
+               if i is not None]
+    if not earlier:
+        return None
+    index, action = max(earlier)  # the later of the two left the model as it is
     empty = [n for n, p, numel in not_whole(replay.root, build_tree(replay.scenario).root)
              if p.data.numel() < numel]
     if not empty:
         return None
-    return {"action": "release", "op_index": replay.last_release, "params": empty,
-            "why": f"the release at op {replay.last_release} left {len(empty)} parameter(s) "
+    what = "release" if action == "release" else "initialize that raised"
+    return {"action": action, "op_index": index, "params": empty,
+            "why": f"the {what} at op {index} left {len(empty)} parameter(s) "
                    f"without their data, e.g. {empty[0]!r}"}
 
 
