@@ -241,3 +241,16 @@ def torch_allclose(a, b):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RanksOwnViews(unittest.TestCase):
+    def test_a_rank_s_own_view_is_no_disagreement(self):
+        from zerocheck_ds.oracles.numerics import NumericChecks
+        same = {"engines": 1, "state": {"steps": {"global_steps": 1}}, "plan": None}
+        # Only rank 0 holds the one element of a parameter whose master differs (I3's view).
+        everyone = [dict(same, masters=["experts.0.linear.weight"], inside={"q": 1}),
+                    dict(same, masters=[], inside=None)]
+        self.assertEqual(NumericChecks._agreement(None, 11, "step", everyone), [])
+        behind = [dict(same, masters=[]), dict(same, masters=[], state={"steps": {"global_steps": 0}})]
+        self.assertEqual(len(NumericChecks._agreement(None, 11, "step", behind)), 1)
+

@@ -112,6 +112,14 @@ def _digest(tensor):
     return hashlib.blake2b(t.numpy().tobytes(), digest_size=8).hexdigest()
 
 
+# What each rank exchanges that is its own view, never a disagreement (I9): where the engine parts
+# from the twin and which of its own fp32 masters differ (I3's, each rank holds its partition's),
+# who wrote a field (says where a disagreement comes from), I11's non-finite values (its own
+# partition's). Master, export seed 50: a one-element expert whose master only rank 0 holds was
+# "ranks disagree on masters" before `masters` was listed here.
+RANKS_OWN_VIEWS = ("inside", "masters", "writers", "overflow")
+
+
 class NumericChecks:
     """The I3, I4 and I9 oracles of one replay on one rank, and I11's (overflow.py), whose every
     rank's view rides on the same object exchange."""
@@ -950,12 +958,8 @@ class NumericChecks:
                 "flat": [t.numel() for t in state.flat_partitions], "steps": dict(state.steps)}
 
     def _agreement(self, index, op, everyone):
-        # Where the engine parts from the twin is each rank's own view (I3's), and who wrote a
-        # field says where a disagreement comes from: neither is one itself. I11's view is its own
-        # (a rank holds its own partition's non-finite values).
         writers = [s.get("writers") or {} for s in everyone]
-        everyone = [{k: v for k, v in s.items() if k not in ("inside", "writers", "overflow")}
-                    for s in everyone]
+        everyone = [{k: v for k, v in s.items() if k not in RANKS_OWN_VIEWS} for s in everyone]
         if all(s == everyone[0] for s in everyone[1:]):
             return []
         field_name, values = _first_difference([{k: v for k, v in s.items() if k != "plan"}
