@@ -24,7 +24,8 @@ from ..model import twin
 from ..model.tree import TakesRoute
 from ..oracles import fingerprint
 from ..oracles.engine_state import EngineState, ParamState, StateUnavailable
-from ..scenario.config import precision_column, precision_in_effect
+from ..scenario import schema
+from ..scenario.config import DEEPSPEED_DEFAULTS, precision_column, precision_in_effect
 from . import zero3_inside
 from .adapters import Adapter, AdapterUnavailable, UniversalUnsupported
 
@@ -74,6 +75,9 @@ def _allow_cpu_fp16():
     accelerator = get_accelerator()
     accelerator.is_fp16_supported = lambda: True
     accelerator.supported_dtypes = lambda: [torch.float, torch.bfloat16, torch.float16]
+
+
+SUB_GROUP = schema.some("config_keys", "zero_optimization", "sub_group_size")
 
 
 class DeepSpeedAdapter(Adapter):
@@ -207,9 +211,9 @@ class DeepSpeedAdapter(Adapter):
         clipping = precision_in_effect(config, self.version(), PINNED_WHEN_ABSENT)["gradient_clipping"][0]
         column = precision_column(self.version())
         nonfinite = float("nan") if column == "v0.14.5" else -1.0
+        sub_group_size = config["zero_optimization"].get(SUB_GROUP[1], DEEPSPEED_DEFAULTS[SUB_GROUP])
         return twin.deepspeed_training(stage, scaling, clipping, nonfinite,
-                                       twin.deepspeed_precision(config, column),
-                                       config["zero_optimization"].get("sub_group_size", 10 ** 9))
+                                       twin.deepspeed_precision(config, column), sub_group_size)
 
     def observe(self, engine):
         module = getattr(engine, "module", None)

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..scenario import schema
+from . import partition_model
 
 
 @dataclass(frozen=True)
@@ -431,9 +432,8 @@ class DenseTwin:
         rules = self.training
         if rules.gradient_clipping > 0:
             stepped = [(n, p) for n, p in self.params if p.requires_grad and n in gradients]
-            # A partition holds ceil(numel / W) elements (the last rank's padded).
-            groups = sub_groups([-(-p.numel() // self.world_size) for _, p in stepped],
-                                rules.sub_group_size)
+            groups = sub_groups([partition_model.chunk(p.numel(), self.world_size)
+                                 for _, p in stepped], rules.sub_group_size)
             clip_gradients([gradients[n] for n, _ in stepped], rules.gradient_clipping,
                            rules.nonfinite_norm, groups)
 

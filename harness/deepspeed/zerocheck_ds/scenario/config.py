@@ -75,6 +75,41 @@ def _read_precision(value, path, config):
             config[key.name] = read
 
 
+# What DeepSpeed itself holds where a config leaves a key out, the same in the two versions the
+# project runs (v0.14.5; master at edaa722): a script's CONFIG leaves out a key holding it, and
+# DeepSpeed reads the config as the replay's (which passes the scenario's effective config
+# whole). Read by repro_straight.py (a script's CONFIG) and the adapters (a default the twin
+# follows); tests/test_repro_script.py asks v0.14.5 itself (../shared/deepspeed). Keyed by the
+# key's path in the config.
+DEEPSPEED_DEFAULTS = {
+    # deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig: `reduce_bucket_size: int =
+    # Field(pp_int(5e8), ge=0)` (v0.14.5 line 106, master line 113).
+    schema.some("config_keys", "zero_optimization", "reduce_bucket_size"): 500000000,
+    # The same class: `param_persistence_threshold: int = Field(pp_int(1e5), ge=0,
+    # alias="stage3_param_persistence_threshold")` (v0.14.5 line 201, master line 221).
+    schema.some("config_keys", "zero_optimization", "stage3_param_persistence_threshold"): 100000,
+    # The same class's ZeRO knobs (v0.14.5 lines; master's in brackets): allgather_bucket_size
+    # 5e8 (125 [132]), sub_group_size 1e9 (165 [175]), prefetch_bucket_size alias
+    # stage3_prefetch_bucket_size 5e7 (195 [215]), max_live_parameters alias
+    # stage3_max_live_parameters 1e9 (218 [238]), max_reuse_distance alias
+    # stage3_max_reuse_distance 1e9 (224 [244]), contiguous_gradients True (95 [102]),
+    # reduce_scatter True (101 [108]), round_robin_gradients False (264 [302]). overlap_comm's
+    # default is the stage's (stage == 3, its validator): settings_section drops it at stage 3.
+    schema.some("config_keys", "zero_optimization", "allgather_bucket_size"): 500000000,
+    schema.some("config_keys", "zero_optimization", "sub_group_size"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "stage3_prefetch_bucket_size"): 50000000,
+    schema.some("config_keys", "zero_optimization", "stage3_max_live_parameters"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "stage3_max_reuse_distance"): 1000000000,
+    schema.some("config_keys", "zero_optimization", "contiguous_gradients"): True,
+    schema.some("config_keys", "zero_optimization", "reduce_scatter"): True,
+    schema.some("config_keys", "zero_optimization", "round_robin_gradients"): False,
+    # deepspeed/runtime/config.py, DeepSpeedConfig._set_batch_related_parameters: a micro batch
+    # size without train_batch_size or these makes them 1 (v0.14.5 lines 968-970, master lines
+    # 978-980); with a train_batch_size it derives them from it instead, so they stay there.
+    schema.some("config_keys", "gradient_accumulation_steps"): 1,
+}
+
+
 def precision_column(version):
     """Returns the schema's defaults column for DeepSpeed `version` ("0.14.5" -> "v0.14.5", any
     other version -> "master": the two trees the upstream replay runs)."""

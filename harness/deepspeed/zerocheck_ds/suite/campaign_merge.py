@@ -135,7 +135,7 @@ def merged_state(shards):
     """The merge's campaign.json of [(folder, a shard's state)] (the module's opening block)."""
     first = shards[0][1]
     state = {"format": campaign.MERGE_FORMAT,
-             **{key: first.get(key) for key in ("version", "seed", "world", "stage", "adapter")},
+             **{key: first.get(key) for key in SAME if key != "shard count"},
              "shards": [{"folder": folder, **{key: s[key] for key in
                                               ("shard", "scenarios", "seconds", "next")}}
                         for folder, s in shards],
