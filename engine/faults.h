@@ -57,7 +57,8 @@ namespace zero3 {
   X(copy_back_truncates, "copy-back-truncates", "I3", "harness_oracle_tests:CaughtByBf16Parity.CopyBackTruncates", "I3 violated", "with bf16 parameters, the copy of the stepped fp32 master back into the bf16 shard truncates (drops the low 16 bits) instead of rounding to nearest even: the masters stay right, and the next forward computes with weights up to one bf16 ulp off toward zero") \
   X(overflow_flag_not_all_reduced, "overflow-flag-not-all-reduced", "I11", "harness_oracle_tests:CaughtByI11.OverflowFlagNotAllReduced", "I11 violated", "with overflow protection, each rank decides whether a step overflowed from its own share of the gradient norm, not the all-reduced one: a NaN in one rank's slice skips the step there while the other ranks apply it") \
   X(scale_doubled_one_step_early, "scale-doubled-one-step-early", "I11", "harness_oracle_tests:CaughtByI11.ScaleDoubledOneStepEarly", "I11 violated", "with a dynamic loss scale and a loss_scale_window above 1, the scale doubles one clean step early (after window - 1 clean steps, and again every window - 1)") \
-  X(overflow_norm_reported_as_sentinel, "overflow-norm-reported-as-sentinel", "I11", "harness_oracle_tests:CaughtOnlyByI11.OverflowNormReportedAsSentinel", "I11 violated", "with overflow protection, a skipped step reports its gradient norm as -1 (DeepSpeed master's sentinel) instead of a non-finite number: the skip, the scale and every weight are right, only the report lies")
+  X(overflow_norm_reported_as_sentinel, "overflow-norm-reported-as-sentinel", "I11", "harness_oracle_tests:CaughtOnlyByI11.OverflowNormReportedAsSentinel", "I11 violated", "with overflow protection, a skipped step reports its gradient norm as -1 (DeepSpeed master's sentinel) instead of a non-finite number: the skip, the scale and every weight are right, only the report lies") \
+  X(fp16_clip_of_scaled_norm, "fp16-clip-of-scaled-norm", "I3", "harness_oracle_tests:CaughtByFp16Parity.ClipOfScaledNorm", "I3 violated", "with fp16 parameters, gradient_clipping set and a loss scale above 1, the clip coefficient is computed from the scaled gradient norm (the loss scale not divided out before the clip): every clip binds S times harder, the reported norm and the skip decisions stay right")
 
 // Deep faults: each bites only when three or more conditions hold together (its description
 // starts with them), all within the random draw's reach (world <= 4, <= 12 nodes), as real bugs
@@ -92,6 +93,10 @@ struct FaultInfo {
   std::string_view kill_text;  // what the killer prints when it catches the fault
   std::string_view description;  // a deep fault's starts with its conditions
   bool deep = false;             // from ZERO3_DEEP_FAULTS
+  // Bites only under fp16 (its CLI name starts with "fp16-"): `mutants` draws fp16 for it, and
+  // where this LibTorch has no fp16 Linear on CPU (fp16_probe.h) it is not runnable: `mutants`
+  // and fault_kill_tests report it so, never as killed or survived.
+  bool fp16 = false;
 };
 
 // Returns every catalogue entry, in table order, the deep faults last (Fault::none excluded).

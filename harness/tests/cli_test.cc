@@ -220,9 +220,14 @@ TEST(Cli, MutantsAblationShowsEveryOracleNecessary) {
     EXPECT_FALSE(json["necessary_for"][invariant].empty()) << invariant << " catches nothing the others miss";
   }
   EXPECT_GE(json["matrix"].size(), 20u);
-  for (const auto& row : json["matrix"])  // every cell says which oracle caught it, or that it survived
+  for (const auto& row : json["matrix"]) {  // every cell says which oracle caught it, or that it survived
+    if (row.contains("not_runnable")) {  // an fp16 fault where LibTorch has no CPU fp16: no column
+      EXPECT_EQ(row["fault"].get<std::string>().rfind("fp16-", 0), 0u) << row.dump();
+      continue;
+    }
     for (const char* invariant : {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9"})
       EXPECT_TRUE(row[invariant].is_string() && row[invariant] != invariant) << row.dump();
+  }
 }
 
 // The deep faults too, each within 60 s (seed 1 kills each in 15 to 1,050 cases, under 6 s here).
@@ -236,6 +241,13 @@ TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
   for (const auto& row : rows) deep += row["deep"].get<bool>();
   EXPECT_GE(deep, 8) << "the catalogue keeps at least 8 deep faults";
   for (const auto& row : rows) {
+    // An fp16 fault where LibTorch has no CPU fp16 (1.13) is not runnable here: neither killed
+    // nor a survivor (the Debian 13 lane kills it).
+    if (row.contains("not_runnable")) {
+      EXPECT_EQ(row["fault"].get<std::string>().rfind("fp16-", 0), 0u) << row.dump();
+      EXPECT_TRUE(row["killed"].is_null()) << row.dump();
+      continue;
+    }
     EXPECT_EQ(row["killed"], true) << row.dump();
     EXPECT_EQ(row["invariant"], row["expected_invariant"]) << row.dump();
     for (const char* key : {"fault", "deep", "killed", "invariant", "cases_to_kill", "seconds_to_kill", "modules", "ops"})
