@@ -23,6 +23,10 @@
 //  - `available` counts the elements (numel, unpadded) gathered by this coordinator and not yet
 //    released: what max_live bounds (:447).
 //
+// DeepSpeed master (edaa722) keeps these rules (the prefetch budget and loop :452-476, the
+// release :494-499 and the reuse walk :634-662); what it adds is outside a forward-only trace:
+// recomputed parameters released in backward (:501-505) and a fast path for leaf modules.
+//
 // Where this engine differs, and why:
 //  - The trace covers the forward only, and it ends with the forward: everything still gathered
 //    is released there (release_and_reset_all, :404-421), so outside a forward nothing is
