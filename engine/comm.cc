@@ -75,6 +75,7 @@ void Comm::all_gather(const at::Tensor& shard, at::Tensor& out) {
     fail("all_gather", "output has " + std::to_string(out.numel()) + " elements, expected " +
                            std::to_string(shard.numel() * world_size()));
   enter("all_gather");
+  if (all_gather_observer_) all_gather_observer_(out.numel());
   ++stats_.collectives;
   ++stats_.all_gathers;
   stats_.all_gather_elements += out.numel();

@@ -119,6 +119,12 @@ class Comm {
   void barrier();
 
   const CommStats& stats() const { return stats_; }
+  // Observation hook (the harness measures from it what a rank holds when a gather begins):
+  // runs on entry to every all_gather with its output's elements, before any data moves.
+  // Unset (the default): nothing runs.
+  void set_all_gather_observer(std::function<void(int64_t elements)> observer) {
+    all_gather_observer_ = std::move(observer);
+  }
   void reset_stats() { stats_ = CommStats{}; }
   const CommOptions& options() const { return options_; }
 
@@ -142,6 +148,7 @@ class Comm {
 
   CommOptions options_;
   CommStats stats_;
+  std::function<void(int64_t)> all_gather_observer_;
 };
 
 }  // namespace zero3

@@ -11,9 +11,12 @@
 // of reduce_bucket_size elements by DeepSpeed's rule (engine/gradient_bucket.h): the bucket size
 // decides how many reduce-scatters a backward issues, never a bit of the result. It gathers each
 // module fetch in one coalesced all-gather, as DeepSpeed's ZeRO-3 does whatever
-// allgather_bucket_size says (engine/coalesced_gather.h), releases after each module, prefetches
-// nothing and steps one shard at a time, so the other knobs are validated and inert here by
-// construction.
+// allgather_bucket_size says (engine/coalesced_gather.h). Its forward prefetches the next
+// modules' parameters and keeps or releases gathered ones by DeepSpeed's coordinator rules
+// (stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_max_reuse_distance:
+// engine/fetch_coordinator.h), and its optimizer steps the flat partition a sub-group at a time
+// (sub_group_size: engine/sub_groups.h); each decides when a gather happens or what a step
+// covers, never a bit. The flags are validated and inert here by construction.
 //
 // Read with JsonAt (engine/json_reader.h): throws ConfigError whose message starts with the JSON
 // path of the culprit ("$.zero_optimization.stage: ..."), and refuses a key written twice.
@@ -53,13 +56,13 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
   X(allgather_bucket_size, 500000000, 0, std::numeric_limits<int64_t>::max(),                  \
     "elements per all-gather bucket, stages 1-2 (validated; inert at stage 3, as in DeepSpeed: a module fetch is one coalesced all-gather)") \
   X(stage3_prefetch_bucket_size, 50000000, 0, std::numeric_limits<int64_t>::max(),             \
-    "elements of the next modules' parameters gathered ahead (validated; inert here: no prefetch)") \
+    "elements (numel) of the next modules' parameters a forward gathers ahead, from the previous forward's module trace (0: no prefetch; engine/fetch_coordinator.h)") \
   X(stage3_max_live_parameters, 1000000000, 0, std::numeric_limits<int64_t>::max(),            \
-    "gathered elements kept before releasing (validated; inert here: released after each module)") \
+    "gathered elements (numel) a forward's prefetch stays under: it takes nothing once a rank holds this many (a module's own fetch is never held back)") \
   X(stage3_max_reuse_distance, 1000000000, 0, std::numeric_limits<int64_t>::max(),             \
-    "keep a parameter gathered if reused within this many elements (validated; inert here)")    \
+    "a forward keeps a parameter gathered when a module within this many elements (numel) ahead in the trace uses it again (0: always release)")    \
   X(sub_group_size, 1000000000, 0, std::numeric_limits<int64_t>::max(),                        \
-    "elements per optimizer sub-group of the flat partition (validated; inert here: one step per shard)")
+    "partition elements per optimizer sub-group: the step covers one sub-group at a time, each closed after the parameter that fills it (engine/sub_groups.h)")
 
 // X(key, default, description): boolean keys inside "zero_optimization". DeepSpeed's names and
 // defaults (deepspeed/runtime/zero/config.py; overlap_comm's default there is "stage == 3").

@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "engine/sub_groups.h"
 
 #include "engine/errors.h"
 #include "engine/internal/engine_state.h"
@@ -294,7 +295,21 @@ at::Tensor Engine::forward(const at::Tensor& input, const Route& route) {
   state_->require_live("forward");
   InterceptorScope scope(state_.get());
   Route cursor = route;
-  return (*state_->model)(input, cursor);
+  // The trace and the prefetch live for one forward (fetch_coordinator.h): what the reuse
+  // distance or a prefetch kept gathered is released at its end, as before the backward.
+  std::vector<ManagedParam*> all;
+  if (!state_->faults.keeps_gathered_after_forward())
+    for (auto& p : state_->params) all.push_back(p.get());
+  state_->fetcher.begin_forward();
+  at::Tensor out;
+  try {
+    out = (*state_->model)(input, cursor);
+  } catch (...) {
+    state_->fetcher.end_forward(/*ok=*/false, all);
+    throw;
+  }
+  state_->fetcher.end_forward(/*ok=*/true, all);
+  return out;
 }
 
 void Engine::backward(const at::Tensor& loss) {
@@ -391,7 +406,9 @@ void Engine::step() {
       for (auto& p : state_->params) p->master.mutable_grad() = at::Tensor();
     return;
   }
-  if (!state_->faults.skips_optimizer_step(*state_)) state_->optimizer->step();
+  if (!state_->faults.skips_optimizer_step(*state_))  // a sub-group at a time (sub_groups.h)
+    step_sub_groups(*state_->optimizer, sub_groups_of(state_->params, state_->config.zero_optimization.sub_group_size),
+                    state_->faults);
   ++state_->optimizer_steps;
   for (auto& p : state_->params) {
     if (mixed) {  // R9: the bf16 copy from the stepped master; its fp32 gradient goes

@@ -22,6 +22,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/optim/optimizer.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -54,6 +56,8 @@
   X(void, reduce_buffer, (const ManagedParam& p, const at::Tensor& padded, at::Tensor& buffer), "backward, the buffer a partitioned gradient's chunk is copied into from its bucket's reduce-scatter (left undefined, the engine allocates its chunk)") \
   X(void, gradient_divisor, (const ManagedParam& p, int world, int& divisor), "backward, what a reduced gradient is divided by (the world size)") \
   X(void, fetch_split, (size_t fetched, size_t& first), "forward and backward, a module fetch of `fetched` parameters (sorted by id): how many of them, first, its all-gather takes (all of them; the rest go in a second)") \
+  X(void, live_limit, (int64_t& max_live), "forward, a prefetch about to take parameters: the live-parameter limit it stays under (stage3_max_live_parameters)") \
+  X(void, after_prefetch, (const std::vector<ManagedParam*>& prefetched), "forward, the parameters a prefetch just gathered for later modules") \
   X(bool, keeps_gathered_after_forward, (), "forward, a module has run: true keeps its parameters gathered") \
   X(void, after_gradients, (EngineState& state), "backward, every gradient reduced, before frozen parameters are released") \
   X(bool, keeps_gathered_after_backward, (const ManagedParam& p), "backward, the last release: true keeps the parameter gathered") \
@@ -62,6 +66,7 @@
   X(void, reported_norm, (const EngineState& state, double& norm), "step, at an accumulation boundary: the gradient norm global_grad_norm() reports") \
   X(void, unscale_divisor, (const EngineState& state, double scaled_norm, double& combined), "step, at an accumulation boundary that applies: what the fp32 gradients are divided by (the updated loss scale, times the clip coefficient from the scaled norm)") \
   X(bool, skips_optimizer_step, (EngineState& state), "step, at an accumulation boundary: true counts the step without applying it") \
+  X(void, sub_group_steps, (size_t group, size_t groups, int& times), "step, sub-group `group` of `groups` of the flat fp32 partition: how many times the optimizer steps it (once)") \
   X(void, copy_back, (const at::Tensor& master, at::Tensor& rounded), "step, load and partition with bf16 parameters: a fp32 master rounded to the parameter dtype (to nearest even), about to be copied into its bf16 copy") \
   X(void, after_step, (EngineState& state), "step, applied and counted, every shard written") \
   X(void, before_zero_grad, (EngineState& state), "zero_grad, before the shard gradients are zeroed") \

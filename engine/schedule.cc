@@ -49,7 +49,11 @@ EngineState::EngineState(std::shared_ptr<Module> model_in, Comm& comm_in, Config
       faults(options.fault),
       partitioner(comm_in, faults,
                   comm_in.options().device.value_or(rank_device(comm_in.rank(), options.ranks_per_device)),
-                  config.zero_optimization.reduce_bucket_size, options.precision) {}
+                  config.zero_optimization.reduce_bucket_size, options.precision),
+      fetcher(partitioner, faults,
+              FetchKnobs{config.zero_optimization.stage3_prefetch_bucket_size,
+                         config.zero_optimization.stage3_max_live_parameters,
+                         config.zero_optimization.stage3_max_reuse_distance}) {}
 
 at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, const Route& route,
                                        const std::function<at::Tensor(const at::Tensor&)>& body) {
@@ -60,16 +64,15 @@ at::Tensor EngineState::around_forward(Module& module, const at::Tensor& input, 
   if (record.owner >= 0) return call_placed(module, record, input, body);
   if (auto* moe = dynamic_cast<MoE*>(&module)) check_moe_choices(*moe, record, route);
 
-  partitioner.fetch(record.own_params);
+  fetcher.fetch(&module, record.own_params);  // and the prefetch for the modules after it
   at::Tensor output;
   try {
     output = body(input);
   } catch (...) {
-    for (ManagedParam* p : record.own_params) partitioner.release(*p);
+    fetcher.release(record.own_params);
     throw;
   }
-  if (!faults.keeps_gathered_after_forward())
-    for (ManagedParam* p : record.own_params) partitioner.release(*p);
+  if (!faults.keeps_gathered_after_forward()) fetcher.release(record.own_params);
   if (record.has_partitioned_params && at::GradMode::is_enabled() && output.requires_grad()) {
     auto handle = c10::make_intrusive<BackwardGatherHandle>();
     handle->state = weak_from_this();

@@ -94,6 +94,33 @@ TEST(SeedCorpus, HoldsOnTheReferenceAndKillsEveryFault) {
   }
 }
 
+// A new fault without regenerating the corpus: the shortest of the same candidates that holds on
+// the reference engine and kills the fault named by $ZEROCHECK_SEED_FAULT, written into
+// $ZEROCHECK_SEED_CORPUS_OUT as seed.bin (copy it in as kills_<fault>_<length>b.bin, the
+// regeneration's naming: this test reads the .bin seeds):
+//
+//   ZEROCHECK_SEED_FAULT=live-limit-ignored ZEROCHECK_SEED_CORPUS_OUT=/tmp/seeds build/dev/bin/property_tests
+//       --gtest_also_run_disabled_tests --gtest_filter=SeedCorpus.DISABLED_AddKillerOf   (one line)
+TEST(SeedCorpus, DISABLED_AddKillerOf) {
+  const char* out_dir = std::getenv("ZEROCHECK_SEED_CORPUS_OUT");
+  const char* fault_name = std::getenv("ZEROCHECK_SEED_FAULT");
+  ASSERT_TRUE(out_dir != nullptr && *out_dir != '\0') << "set ZEROCHECK_SEED_CORPUS_OUT to an empty folder";
+  ASSERT_TRUE(fault_name != nullptr) << "set ZEROCHECK_SEED_FAULT to a catalogue fault";
+  const auto fault = zero3::fault_by_name(fault_name);
+  ASSERT_TRUE(fault.has_value()) << fault_name << " is not a catalogue fault";
+  for (size_t length = 0; length <= 640; length += 8)
+    for (int round = 0; round < (length == 0 ? 1 : 16); ++round) {
+      const Bytes bytes = candidate(length, round);
+      const Replay replay = decode_seed(bytes);
+      if (!replay.reference_holds || !kills(replay.scenario, *fault)) continue;
+      std::ofstream out(std::filesystem::path(out_dir) / "seed.bin", std::ios::binary);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      std::cout << fault_name << ": " << bytes.size() << " bytes, " << summary(replay.scenario) << "\n";
+      return;
+    }
+  ADD_FAILURE() << "no candidate up to 640 bytes kills " << fault_name;
+}
+
 // Searches seeded random byte strings in order of length and keeps the shortest that kills each
 // fault (one file may kill several) and the shortest that shows each operation kind, node kind
 // and placement kind the fault killers leave out; every kept seed holds on the reference engine.

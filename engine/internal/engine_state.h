@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/engine.h"
+#include "engine/fetch_coordinator.h"
 #include "engine/partitioner.h"
 
 #include <c10/core/TensorImpl.h>
@@ -69,6 +70,7 @@ struct EngineState final : ForwardInterceptor, std::enable_shared_from_this<Engi
   EngineOptions options;
   FaultSeams faults;  // where a planted fault gets in; none for the reference engine
   Partitioner partitioner;
+  FetchCoordinator fetcher;  // the forward's fetch, prefetch and release (fetch_coordinator.h)
   std::vector<std::unique_ptr<ManagedParam>> params;            // in pre-order of first appearance
   std::unordered_map<const c10::TensorImpl*, ManagedParam*> param_by_impl;
   std::unordered_map<const Module*, ModuleRecord> modules;

@@ -156,6 +156,7 @@ OpOutcome go_live(RankState& state, const Op& op, std::unique_ptr<zero3::Engine>
   if (state.twin) state.twin_call(TwinCall::retarget_to(op.target));
   state.pending = at::Tensor();
   state.traces.clear();
+  state.fetch_memory = model::FetchMemory{};
   const std::string& resume_from = state.workload.resume_from;
   if (!resume_from.empty()) {  // a resumed run: the engine loads the checkpoint, the twin
     state.engine->load_checkpoint(resume_from);     // what the workload's history saved
@@ -176,6 +177,7 @@ OpOutcome let_go(RankState& state, bool destroy) {
   state.engine_optimizer = nullptr;
   state.pending = at::Tensor();
   state.traces.clear();
+  state.fetch_memory = model::FetchMemory{};
   // The model is the user's again: every parameter whole and equal to the twin's.
   if (state.twin && state.enabled("I3")) {
     const NotChargedToTheRank harness;

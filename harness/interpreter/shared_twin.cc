@@ -13,8 +13,9 @@ namespace {
 
 // A trace together with the expectation it reads.
 struct OwnedTrace {
-  OwnedTrace(std::shared_ptr<const model::Expectation> e, const std::shared_ptr<zero3::Module>& target, int world)
-      : expectation(std::move(e)), trace(*expectation, target, world) {}
+  OwnedTrace(std::shared_ptr<const model::Expectation> e, const std::shared_ptr<zero3::Module>& target, int world,
+             model::FetchKnobs knobs, model::FetchMemory memory)
+      : expectation(std::move(e)), trace(*expectation, target, world, knobs, std::move(memory)) {}
   std::shared_ptr<const model::Expectation> expectation;
   model::TrafficTrace trace;
 };
@@ -38,7 +39,8 @@ TwinOutcome apply_call(model::DenseTwin& twin, const TwinCall& call, const model
         if (r > 0 && same_route(call.routes[static_cast<size_t>(r)], call.routes[0])) {
           out.traces.push_back(out.traces[0]);
         } else {
-          auto owned = std::make_shared<OwnedTrace>(call.expectation, twin.target(), world);
+          auto owned = std::make_shared<OwnedTrace>(call.expectation, twin.target(), world,
+                                                    model::FetchKnobs::of(workload.config), call.memory);
           out.traces.push_back(std::shared_ptr<model::TrafficTrace>(owned, &owned->trace));
           traces.resize(static_cast<size_t>(r) + 1, nullptr);
           traces[static_cast<size_t>(r)] = out.traces.back().get();
@@ -75,8 +77,9 @@ TwinCall TwinCall::retarget_to(std::string path) {
 }
 
 TwinCall TwinCall::forward_of(const model::Workload& workload, int64_t index, const Op& op, int world,
-                              std::shared_ptr<const model::Expectation> expectation) {
+                              std::shared_ptr<const model::Expectation> expectation, model::FetchMemory memory) {
   TwinCall call(Kind::forward);
+  call.memory = std::move(memory);
   call.index = index;
   for (int r = 0; r < world; ++r) call.routes.push_back(workload.route(index, r, op));
   call.expectation = std::move(expectation);
@@ -87,7 +90,7 @@ bool operator==(const TwinCall& a, const TwinCall& b) {
   if (a.kind != b.kind || a.target != b.target || a.index != b.index || a.routes.size() != b.routes.size() ||
       a.tag != b.tag || a.effect.optimizer_state != b.effect.optimizer_state ||
       a.effect.step_counters != b.effect.step_counters || a.paths != b.paths || a.scale != b.scale ||
-      a.injections != b.injections || a.input_poison.size() != b.input_poison.size())
+      a.injections != b.injections || a.input_poison.size() != b.input_poison.size() || !(a.memory == b.memory))
     return false;
   for (size_t r = 0; r < a.input_poison.size(); ++r) {  // NaN is NaN here: the same poison
     const auto& x = a.input_poison[r];

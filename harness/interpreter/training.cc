@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace zerocheck::interpreter {
@@ -23,6 +24,41 @@ void gather_on_twin(RankState& state, const Op& op, const std::vector<const mode
   state.twin_call(std::move(call));
 }
 
+// The most gathered-parameter elements this rank's model holds at once during a forward,
+// measured from the storage of the engine target's partitioned parameters (the user's tensors,
+// the spec's list) each time an all-gather begins, plus what that all-gather brings: a gather
+// is the only way that number grows.
+class GatheredPeak {
+ public:
+  explicit GatheredPeak(RankState& state) : comm_(state.comm) {
+    const NotChargedToTheRank harness;
+    for (const auto& [path, tensor] : unique_named_parameters(state.modules.at(state.engine_target)))
+      if (const model::ExpectedParam* p = state.expectation->find(path); p != nullptr && p->partitioned())
+        partitioned_.push_back(tensor);
+    comm_.set_all_gather_observer([this](int64_t elements) {
+      int64_t held = 0;
+      for (const at::Tensor& t : partitioned_)
+        if (t.has_storage()) held += static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(t.element_size());
+      peak_ = std::max(peak_, held + elements);
+    });
+  }
+  ~GatheredPeak() { comm_.set_all_gather_observer(nullptr); }
+  GatheredPeak(const GatheredPeak&) = delete;
+  GatheredPeak& operator=(const GatheredPeak&) = delete;
+  int64_t measured() const { return peak_; }
+
+ private:
+  zero3::Comm& comm_;
+  std::vector<at::Tensor> partitioned_;
+  int64_t peak_ = 0;
+};
+
+std::string FetchKnobsText(const zero3::Config& config) {
+  const auto& z = config.zero_optimization;
+  return fmt::format("stage3_prefetch_bucket_size {}, stage3_max_live_parameters {}, stage3_max_reuse_distance {}",
+                     z.stage3_prefetch_bucket_size, z.stage3_max_live_parameters, z.stage3_max_reuse_distance);
+}
+
 }  // namespace
 
 OpOutcome forward(RankState& state, const Op& op) {
@@ -35,6 +71,7 @@ OpOutcome forward(RankState& state, const Op& op) {
     if (const auto& mine = poison.at(static_cast<size_t>(state.comm.rank()))) model::poison_input(batch, *mine);
   }
   const auto before = state.stats();
+  const GatheredPeak peak(state);
   at::Tensor out = state.engine->forward(batch.input, state.workload.route(state.index, state.comm.rank(), op));
   const model::Traffic measured = model::traffic_between(before, state.stats());
   state.pending = training_loss(out, batch.target);
@@ -43,13 +80,18 @@ OpOutcome forward(RankState& state, const Op& op) {
   outcome.loss = mine;
   state.deferred_traffic = MeasuredTraffic{"forward", std::nullopt, measured};
   if (state.twin) {
-    TwinCall call = TwinCall::forward_of(state.workload, state.index, op, state.comm.world_size(), state.expectation);
+    TwinCall call = TwinCall::forward_of(state.workload, state.index, op, state.comm.world_size(), state.expectation,
+                                         state.fetch_memory);
     call.input_poison = poison;
     TwinOutcome dense_run = state.twin_call(std::move(call));
     state.traces = std::move(dense_run.traces);
     state.dense_losses = dense_run.losses;
     outcome.twin_loss = dense_run.losses[static_cast<size_t>(state.comm.rank())];
     require(state, oracles::loss_parity(*outcome.twin_loss, mine, state.engine_target));
+    state.fetch_memory = state.trace()->memory_after();
+    if (state.enabled("I4"))
+      require(state, oracles::gathered_peak(state.trace()->gathered_peak(), state.trace()->largest_module_fetch(),
+                                            peak.measured(), FetchKnobsText(state.workload.config), state.engine_target));
     state.deferred_traffic->expected = state.trace()->forward();
   }
   return outcome;

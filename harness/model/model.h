@@ -24,6 +24,7 @@
 #include <ATen/Tensor.h>
 #include <torch/optim/optimizer.h>
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -379,16 +380,47 @@ Traffic gather_traffic(const std::vector<const ExpectedParam*>& reached, bool pu
 // 2 item 6); else nothing.
 Traffic step_traffic(const zero3::Config& config, bool overflow_protection, bool boundary, int world_size);
 
+// What an engine's earlier forwards left of DeepSpeed's module trace (fetch_schedule.cc): none
+// before the first forward, then the module order a forward recorded, frozen, until a forward
+// departs from it (the next forward records again). Kept per engine by the interpreter.
+struct FetchMemory {
+  bool complete = false;                  // a recorded trace is in force
+  std::vector<std::string> module_order;  // its modules, by path, one per fetch
+  friend bool operator==(const FetchMemory& a, const FetchMemory& b) {
+    return a.complete == b.complete && a.module_order == b.module_order;
+  }
+};
+
+// The knobs the forward's fetch schedule reads (engine/config.h's keys).
+struct FetchKnobs {
+  int64_t prefetch_bucket_size = 0, max_live_parameters = 0, max_reuse_distance = 0;
+  static FetchKnobs of(const zero3::Config& config);
+};
+
 // Installed on the twin's forward (one rank's), it replays the ZeRO-3 schedule of the spec on the
-// expectation: gather a module's partitioned parameters unless already whole, release them after
-// its forward, send a placed module's input to its owner; and remembers what backward must do.
+// expectation: gather a module's partitioned parameters unless already whole, prefetch, release
+// after its forward as DeepSpeed's coordinator rules say (fetch_schedule.cc), send a placed
+// module's input to its owner; and remembers what backward must do.
 class TrafficTrace final : public zero3::ForwardInterceptor {
  public:
-  // `twin_target` is the tree the trace will see (its paths match the expectation's).
-  TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target, int world_size);
+  // `twin_target` is the tree the trace will see (its paths match the expectation's); `knobs`
+  // and `memory` (what earlier forwards of the engine recorded) drive the prefetch and releases.
+  TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target, int world_size,
+               FetchKnobs knobs = FetchKnobs{}, FetchMemory memory = FetchMemory{});
   at::Tensor around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route& route,
                             const std::function<at::Tensor(const at::Tensor&)>& body) override;
   Traffic forward() const { return forward_; }
+  // The most gathered-parameter elements (c*N per partitioned parameter, as a gather allocates
+  // them) held at once during the forward: the largest sum, over the forward's all-gathers, of
+  // what was held when it began and what it gathers. 0 when nothing was gathered.
+  int64_t gathered_peak() const { return peak_; }
+  // Elements (c*N) the prefetch gathered ahead of their modules.
+  int64_t prefetched() const { return prefetched_; }
+  // The largest number of elements (numel) any module of the forward gathers for itself: with
+  // max_live_parameters, what DeepSpeed's bound adds to the limit.
+  int64_t largest_module_fetch() const { return largest_module_fetch_; }
+  // What the engine keeps of the trace after this forward (it completed).
+  const FetchMemory& memory_after() const { return memory_after_; }
   // What the backward of this forward moves, given the parameters that got a gradient and, for
   // the count of reduce-scatters, the order their gradients became ready on this rank
   // (DenseTwin::ready_order) and the config's reduce_bucket_size.
@@ -409,6 +441,31 @@ class TrafficTrace final : public zero3::ForwardInterceptor {
   int64_t placed_backward_elements_ = 0;
   bool inside_placed_ = false;
   Traffic forward_;
+
+  // The fetch schedule (fetch_schedule.cc).
+  struct Entry {
+    const ExpectedParam* param;
+    int64_t step;
+  };
+  std::vector<const ExpectedParam*> step_params(const std::string& module_path) const;
+  void fetch_for(const std::string& module_path, const std::vector<const ExpectedParam*>& mine);
+  void release_after(const std::vector<const ExpectedParam*>& mine);
+  void gather(const std::vector<const ExpectedParam*>& params, bool prefetch);
+  void drop(const ExpectedParam* p);
+  bool kept(const ExpectedParam* p) const;
+  int64_t last_fetched_for(const ExpectedParam* p) const;
+  bool tracing() const { return memory_.complete && !departed_; }
+  FetchKnobs knobs_;
+  FetchMemory memory_, memory_after_;
+  std::unordered_map<const zero3::Module*, std::string> path_of_;
+  std::unordered_map<const ExpectedParam*, size_t> index_of_;
+  std::vector<std::vector<const ExpectedParam*>> trace_steps_;  // memory_'s modules' parameters
+  std::vector<std::string> recording_;
+  std::deque<Entry> queue_;
+  std::unordered_map<const ExpectedParam*, int64_t> last_fetched_for_;
+  bool departed_ = false;
+  int depth_ = 0;
+  int64_t step_ = 0, available_ = 0, held_ = 0, peak_ = 0, prefetched_ = 0, largest_module_fetch_ = 0;
 };
 
 // ---- state bytes ------------------------------------------------------------------------------

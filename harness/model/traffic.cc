@@ -28,6 +28,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_set>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -90,13 +91,21 @@ Traffic traffic_between(const zero3::CommStats& before, const zero3::CommStats& 
 }
 
 TrafficTrace::TrafficTrace(const Expectation& expectation, const std::shared_ptr<zero3::Module>& twin_target,
-                           int world_size)
-    : expectation_(expectation), world_(world_size) {
+                           int world_size, FetchKnobs knobs, FetchMemory memory)
+    : expectation_(expectation), world_(world_size), knobs_(knobs), memory_(std::move(memory)) {
   for (const auto& [path, module] : zero3::unique_modules(twin_target)) {
     own_[module.get()] = expectation.own_params(path);
+    path_of_[module.get()] = path;
     auto it = expectation.module_owner.find(path);
     owner_[module.get()] = it == expectation.module_owner.end() ? -1 : it->second;
   }
+  for (size_t i = 0; i < expectation.params.size(); ++i) index_of_[&expectation.params[i]] = i;
+  if (memory_.complete) {
+    for (const std::string& path : memory_.module_order) trace_steps_.push_back(step_params(path));
+    for (size_t s = 0; s < trace_steps_.size(); ++s)
+      for (const ExpectedParam* p : trace_steps_[s]) queue_.push_back({p, static_cast<int64_t>(s)});
+  }
+  memory_after_ = memory_;
 }
 
 at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor& input, const zero3::Route&,
@@ -122,19 +131,27 @@ at::Tensor TrafficTrace::around_forward(zero3::Module& module, const at::Tensor&
   }
   if (module.kind() == "MoE" && world_ > 1) forward_.all_to_all += 2 * world_;
   const auto& own = own_[&module];
-  bool has_partitioned = false;
-  bool fetched = false;
-  for (const ExpectedParam* p : own) {
-    if (!p->partitioned()) continue;
-    has_partitioned = true;
-    if (whole_.insert(p).second) {
-      forward_.all_gather += p->chunk * world_;
-      fetched = true;
-    }
+  const bool has_partitioned = std::any_of(own.begin(), own.end(), [](const ExpectedParam* p) { return p->partitioned(); });
+  const auto path = path_of_.find(&module);
+  if (path == path_of_.end()) return body(input);  // not the engine's: a plain call
+  // The engine's forward is its target's call: the outermost call here ends the forward.
+  const bool outermost = depth_++ == 0;
+  const std::vector<const ExpectedParam*> mine = step_params(path->second);
+  at::Tensor out;
+  try {
+    fetch_for(path->second, mine);
+    out = body(input);
+  } catch (...) {
+    --depth_;
+    throw;
   }
-  if (fetched) ++forward_.all_gathers;
-  at::Tensor out = body(input);
-  for (const ExpectedParam* p : own) whole_.erase(p);
+  release_after(mine);
+  --depth_;
+  if (outermost) {
+    if (!memory_.complete) memory_after_ = FetchMemory{true, recording_};
+    else if (departed_) memory_after_ = FetchMemory{};
+    for (const ExpectedParam& p : expectation_.params) drop(&p);
+  }
   if (has_partitioned && at::GradMode::is_enabled() && out.requires_grad()) {
     for (const ExpectedParam* p : own)
       if (p->partitioned()) regathered_.insert(p);

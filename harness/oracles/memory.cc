@@ -66,4 +66,15 @@ Result unlisted_memory(int64_t held, int64_t accounted, const std::string& targe
                    fmt::format("{} bytes of this rank's tensors were not allocated by this rank", accounted - held));
 }
 
+Result gathered_peak(int64_t expected, int64_t largest_module_fetch, int64_t measured, const std::string& knobs,
+                     const std::string& target) {
+  if (expected == measured) return std::nullopt;
+  return violation("I4", target, "forward",
+                   fmt::format("at most {} gathered parameter elements at once ({}; the largest module fetch {} numel)",
+                               expected, knobs, largest_module_fetch),
+                   fmt::format("{} gathered parameter elements at once", measured),
+                   measured > expected ? "the forward held more gathered parameters at once than its prefetch and live-parameter limits allow"
+                                       : "the forward held fewer gathered parameters at once than its prefetch and reuse rules keep");
+}
+
 }  // namespace zerocheck::oracles

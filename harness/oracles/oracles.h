@@ -74,6 +74,12 @@ Result memory(const model::Expectation& expected, const std::vector<ObservedPara
 // held than accounted for is a copy that no list shows; less, a listed tensor the rank did not
 // allocate.
 Result unlisted_memory(int64_t held, int64_t accounted, const std::string& target);
+// I4 during a forward: the most gathered-parameter elements the rank held at once (`measured`,
+// from storage each time an all-gather began) against what the knobs' schedule gives (`expected`,
+// TrafficTrace::gathered_peak): a prefetch past stage3_max_live_parameters, or a release the
+// rules did not make, shows here. `largest_module_fetch` and `knobs` only explain the message.
+Result gathered_peak(int64_t expected, int64_t largest_module_fetch, int64_t measured, const std::string& knobs,
+                     const std::string& target);
 
 // I3: every parameter equals the twin's (this rank's shard of it, zero-padded).
 Result parity(const model::Expectation& expected, const model::DenseTwin& twin,

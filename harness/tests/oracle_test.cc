@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/fp16_probe.h"
+#include "engine/layers.h"
 #include "engine/testing/fault_under_test.h"
 #include "harness/interpreter/interpreter.h"
 #include "harness/model/model.h"
@@ -122,6 +123,73 @@ model::Expectation expectation_of(const std::shared_ptr<zero3::Module>& root, co
   auto e = model::expect(root, spec, threshold, world);
   EXPECT_TRUE(std::holds_alternative<model::Expectation>(e));
   return std::get<model::Expectation>(e);
+}
+
+// What the model's replay of DeepSpeed's coordinator (harness/model/fetch_schedule.cc) gives one
+// forward of `root` at world 2 under `knobs` after `memory`.
+struct ScheduleSeen {
+  model::Traffic forward;
+  int64_t peak = 0, prefetched = 0;
+  model::FetchMemory after;
+};
+ScheduleSeen schedule_of(const std::shared_ptr<zero3::Sequential>& root, model::FetchKnobs knobs,
+                         model::FetchMemory memory) {
+  const model::Expectation e = expectation_of(root, zero3::PlacementSpec{}, 0, 2);
+  model::TrafficTrace trace(e, root, 2, knobs, std::move(memory));
+  {
+    zero3::InterceptorScope scope(&trace);
+    zero3::Route route;
+    (*root)(at::ones({2, 4}), route);
+  }
+  return {trace.forward(), trace.gathered_peak(), trace.prefetched(), trace.memory_after()};
+}
+
+// One Linear 4->4 (weight 16, bias 4: c*N = 16 + 4 at world 2) called twice by its Sequential.
+// The first forward records the trace and gathers it for each call. After it, within the reuse
+// distance the Linear stays gathered for its second call: 20 elements in one all-gather; at
+// distance 0 it is released and gathered again: 20 more, the price of a small distance.
+TEST(Oracles, TheFetchScheduleChargesAReleaseAndRegatherBeyondTheReuseDistance) {
+  auto root = std::make_shared<zero3::Sequential>();
+  auto linear = std::make_shared<zero3::Linear>(4, 4);
+  root->push_back(linear);
+  root->push_back(linear);
+  const model::FetchKnobs keep{0, 1000000000, 1000000000}, release{0, 1000000000, 0};
+  const ScheduleSeen first = schedule_of(root, keep, {});
+  EXPECT_EQ(first.forward.all_gather, 40);
+  EXPECT_EQ(first.forward.all_gathers, 2);
+  EXPECT_TRUE(first.after.complete);
+  EXPECT_EQ(first.after.module_order, (std::vector<std::string>{"", "0", "0"}));
+  const ScheduleSeen kept = schedule_of(root, keep, first.after);
+  EXPECT_EQ(kept.forward.all_gather, 20);
+  EXPECT_EQ(kept.forward.all_gathers, 1);
+  const ScheduleSeen again = schedule_of(root, release, first.after);
+  EXPECT_EQ(again.forward.all_gather, 40);
+  EXPECT_EQ(again.forward.all_gathers, 2);
+  EXPECT_EQ(again.peak, 20);
+}
+
+// Two Linears 4->4: the prefetch at the root's step takes both (40 elements in one all-gather,
+// the same elements the plain fetches move); a live limit of 0 takes nothing, and one of 17
+// takes the first Linear only (16 < 17: its bias still joins): the peak follows.
+TEST(Oracles, TheFetchSchedulePrefetchesUnderTheLiveLimit) {
+  auto root = std::make_shared<zero3::Sequential>();
+  root->push_back(std::make_shared<zero3::Linear>(4, 4));
+  root->push_back(std::make_shared<zero3::Linear>(4, 4));
+  const model::FetchMemory trace = schedule_of(root, {}, {}).after;
+  const ScheduleSeen all = schedule_of(root, {50000000, 1000000000, 0}, trace);
+  EXPECT_EQ(all.forward.all_gather, 40);
+  EXPECT_EQ(all.forward.all_gathers, 1);
+  EXPECT_EQ(all.prefetched, 40);
+  EXPECT_EQ(all.peak, 40);
+  const ScheduleSeen none = schedule_of(root, {50000000, 0, 0}, trace);
+  EXPECT_EQ(none.forward.all_gathers, 2);
+  EXPECT_EQ(none.prefetched, 0);
+  EXPECT_EQ(none.peak, 20);
+  const ScheduleSeen one = schedule_of(root, {50000000, 17, 0}, trace);
+  EXPECT_EQ(one.forward.all_gather, 40);
+  EXPECT_EQ(one.forward.all_gathers, 2);
+  EXPECT_EQ(one.prefetched, 20);
+  EXPECT_EQ(one.peak, 20);
 }
 
 // Parity compares two computations as numbers (a NaN matches a NaN: a model that diverges does

@@ -105,6 +105,7 @@ struct RankState {
   const std::unordered_set<const zero3::Module*>* engine_tree = nullptr;  // the live engine's subtree
   at::Tensor pending;                                               // the last forward's loss
   std::vector<std::shared_ptr<model::TrafficTrace>> traces;  // each rank's schedule of the last forward
+  model::FetchMemory fetch_memory;  // what the live engine's forwards left of its module trace
   std::optional<MeasuredTraffic> deferred_traffic;           // checked after the sweep: I8 comes last
   std::vector<Violation> found;       // this operation's, when the run goes on after one
   std::vector<double> dense_losses;   // the twin's losses by rank, this operation's forward

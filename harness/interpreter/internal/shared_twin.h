@@ -32,14 +32,16 @@ struct TwinCall {
   static TwinCall retarget_to(std::string path);
   // Operation `index`'s forward on every rank of a world of `world` (each rank's route from the
   // workload), traced against `expectation`.
+  // `memory`: what the engine's earlier forwards left of its module trace (the traces' prefetch).
   static TwinCall forward_of(const model::Workload& workload, int64_t index, const Op& op, int world,
-                             std::shared_ptr<const model::Expectation> expectation);
+                             std::shared_ptr<const model::Expectation> expectation, model::FetchMemory memory);
 
   Kind kind;
   std::string target;                 // retarget
   int64_t index = -1;                 // forward: the operation (its batches)
   std::vector<zero3::Route> routes;   // forward: each rank's route, fresh
   std::shared_ptr<const model::Expectation> expectation;  // forward: what its traffic traces follow
+  model::FetchMemory memory;           // forward: the engine's module trace before it
   std::string tag;                    // save, load: the checkpoint's
   model::LoadEffect effect;           // load: what it restores
   std::vector<std::string> paths;     // scale: the parameters the gather reached
