@@ -18,7 +18,8 @@ scenarios/upstream_precision:
      digits lost). A run the Gloo all_gather race struck (KNOWN_UPSTREAM.md, PR #8539) shows
      only rows triaged as nondeterministic: check 3 replays it and judges each by its rate;
   3. a gathered edit then a step shows DeepSpeed's documented behaviour (I3, its row: the fp32
-     master does not take the edit); load_module_only shows the catalogued bug under bf16 as
+     master does not take the edit), in the first run or, where the Gloo race struck the gathered
+     copy first, in the replays (masked in that run: judged by its rate); load_module_only shows the catalogued bug under bf16 as
      under fp32, on the same two rows (nothing restored: the masters rebuilt from the unchanged
      bf16 values are "the value before the load" too); every I3/I4/I6/I9 root cause is triaged,
      judged by its rate where it comes and goes (upstream_rates.py);
@@ -33,7 +34,7 @@ import os
 import shutil
 import sys
 
-from upstream_rates import is_nondeterministic
+from upstream_rates import is_nondeterministic, shown_or_masked
 from upstream_support import (SKIP, Edit, check, judge_new_causes, patched_tree, read, replayer,
                               run, triage_rows, verdicts, versioned_arguments)
 
@@ -98,13 +99,9 @@ def main():
         check(found[name]["outcome"] == "ok" or raced,
               f"{version}: {name} holds{' but for a nondeterministic row, judged by its rate below' if raced else ''}: "
               f"{[f['signature'] for f in found[name]['findings']]}")
-    # 3. The gathered edit's documented behaviour; every root cause triaged.
-    name, cause = GATHER
-    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
-    check(any(t.startswith(cause) for t in titles), f"{version}: {name} shows {cause!r}: {titles}")
-    name, causes = MODULE_ONLY
-    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
-    check(titles == causes, f"{version}: {name} shows the catalogued load_module_only rows {causes}: {titles}")
+    # 3. Every root cause triaged; the gathered edit's documented behaviour (after the replays:
+    # where the Gloo race struck the gathered copy first, it masks the step's row in that run);
+    # load_module_only's catalogued rows.
     failures, rates = judge_new_causes(summary, rows,
                                    replayer(zerocheck, common + ["--deepspeed-tree", tree],
                                             [FOLDER], work),
@@ -112,6 +109,13 @@ def main():
     check(not failures, f"{version}: every I3, I4, I6 and I9 root cause is triaged ({failures})")
     for rate in rates:
         print(f"nondeterministic: {rate}")
+    name, cause = GATHER
+    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
+    why = shown_or_masked(cause, name, titles, read(os.path.join(work, "finding_rates.json")))
+    check(why is None, f"{version}: {name} shows {cause!r} ({why or titles})")
+    name, causes = MODULE_ONLY
+    titles = sorted(c["title"] for c in summary["root_causes"] if name in c["scenarios"])
+    check(titles == causes, f"{version}: {name} shows the catalogued load_module_only rows {causes}: {titles}")
     # 4. The planted truncation and the planted bf16 accumulation, one copy of the tree.
     copy = patched_tree(tree, os.path.join(work, "planted-tree", "deepspeed-planted"),
                         TRUNCATES + ROUNDS, f"bf16 copy back and accumulation ({version})")

@@ -132,3 +132,23 @@ def report(rates, rows, path):
     with open(path, "w", encoding="utf-8") as f:
         json.dump([dict(asdict(r), row=rows.get(r.finding)) for r in rates], f, indent=1)
     return passed
+
+
+def shown_or_masked(prefix, name, first, written):
+    """Why scenario `name` fails to show its expected root cause (a title starting with `prefix`),
+    or None when it shows it. `first`: the titles of its first run's causes; `written`: the rates
+    report() wrote (dicts). A deterministic cause is shown in the first run, or, where a
+    nondeterministic cause struck there first (I3 names only the first place the twin parts), in
+    every run it did not strike (masked, so judged deterministic), at least once."""
+    if any(t.startswith(prefix) for t in first):
+        return None
+    masked = [r for r in written if r["scenario"] == name and r["finding"].startswith(prefix)
+              and r["struck"] and not r["with_them"] and r["seen"] > 0]
+    if masked:
+        print(f"{name}: {prefix!r} masked in the first run, shown in {masked[0]['seen']} of "
+              f"{masked[0]['runs']} runs: missing only where {masked[0]['struck']} struck")
+        return None
+    seen = [r for r in written if r["scenario"] == name and r["finding"].startswith(prefix)]
+    return (f"{name} does not show {prefix!r}: its first run showed {sorted(first)}"
+            + (f"; its rate: {seen[0]}" if seen else
+               ", and no replay showed it only where a nondeterministic cause was missing"))

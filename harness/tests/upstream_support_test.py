@@ -5,6 +5,7 @@ judged by its rate: one that comes and goes passes only on a row of KNOWN_UPSTRE
 it as nondeterministic; one seen every time is judged as deterministic, and fails on such a row."""
 
 import json
+from dataclasses import asdict
 import os
 import sys
 import tempfile
@@ -118,6 +119,32 @@ class JudgeNewCauses(unittest.TestCase):
     def test_a_triaged_deterministic_cause_is_not_replayed(self):
         failures, passed, calls, written = self.judge(summary(("I3 step: known", ["a"])), {})
         self.assertEqual((failures, passed, calls, written), ([], [], [], []))
+
+
+class ShownOrMasked(unittest.TestCase):
+    """A deterministic cause that a race masked in the suite's run is still shown (its check must
+    not fail on the race), but only when the replays show it wherever the race did not strike."""
+    DOC = "I3 step: documented"
+
+    def rates_of(self, runs):
+        rows = dict(ROWS, **{self.DOC: "documented behaviour | v0.14.5; master"})
+        return [dict(asdict(r), row=rows.get(r.finding))
+                for r in rates.rates_of("a", runs, rows)]
+
+    def test_shown_in_the_first_run(self):
+        self.assertIsNone(rates.shown_or_masked(self.DOC, "a", [self.DOC + ": where"], []))
+
+    def test_masked_by_a_race_in_the_first_run_and_shown_in_the_replays(self):
+        written = self.rates_of([{RACE}, {self.DOC}, {self.DOC}, {self.DOC}])
+        self.assertIsNone(rates.shown_or_masked(self.DOC, "a", [RACE], written))
+
+    def test_missing_where_no_race_struck_fails(self):
+        written = self.rates_of([{RACE}, {self.DOC}, set(), {self.DOC}])
+        why = rates.shown_or_masked(self.DOC, "a", [RACE], written)
+        self.assertIn("does not show", why)
+        self.assertIn("seen': 2", why)
+        self.assertIn("does not show", rates.shown_or_masked(self.DOC, "a", [RACE],
+                                                             self.rates_of([{RACE}] * 4)))
 
 
 class Judge(unittest.TestCase):
