@@ -20,13 +20,19 @@ DS_ID_USER = os.path.join(HERE, os.pardir, "deepspeed", "tests", "fixtures", "up
                           "ds_id_experts.json")
 # An MoE whose second step routes around an expert: ZeRO-3 steps it with its old gradient (I3).
 EXPERT_SKIPPED = os.path.join(HERE, "scenarios", "upstream_bugs", "expert_skipped_by_route.json")
+# The stale gradient's second symptom: an expert's gradient of an earlier step added to its new
+# one by a backward that accumulates (two backward calls before a step; KNOWN_UPSTREAM.md's
+# partition_grads() row). Found by master's campaign (seed 50, random-0056), written by hand.
+STALE_ACCUMULATED = os.path.join(HERE, "scenarios", "upstream_bugs", "stale_gradient_accumulated.json")
+STALE_ACCUMULATED_CAUSE = ("I3 backward: the accumulated gradient partition first differs from the "
+                           "dense twin: deepspeed/runtime/zero/stage3.py partition_grads()")
 # Scenarios both twins agree on (twin_cross_check): plain training, for the stage 1 and 2 runs.
 TWIN_SCENARIOS = os.path.join(HERE, "scenarios", "twin")
 # One on which zerocheck's engine and DeepSpeed's rules coincide (twin_cross_check shows the C++
 # engine's bits under both): DeepSpeed equal to the twin here holds our engine's parameters.
 ENGINE_ALIKE = os.path.join(TWIN_SCENARIOS, "mlp_sgd_world2.json")
 # The extra scenarios' names, beside the export's.
-EXTRA = ["ds_id_experts", "expert_skipped_by_route", "mlp_sgd_world2"]
+EXTRA = ["ds_id_experts", "expert_skipped_by_route", "mlp_sgd_world2", "stale_gradient_accumulated"]
 KNOWN = os.path.join(HERE, os.pardir, "deepspeed", "KNOWN_UPSTREAM.md")
 DS_PACKAGE = os.path.join(HERE, os.pardir, "deepspeed")  # holds zerocheck_ds
 NEW_INVARIANTS = ("I3", "I4", "I6", "I9")
@@ -114,7 +120,7 @@ def export(zerocheck, work):
     subprocess.run([zerocheck, "export", "--cases", str(CASES), "--seed", "5", "--world", "2",
                     "--out", out], check=True)
     folder = os.path.join(out, "scenarios")
-    return ([folder, DS_ID_USER, EXPERT_SKIPPED, ENGINE_ALIKE],
+    return ([folder, DS_ID_USER, EXPERT_SKIPPED, ENGINE_ALIKE, STALE_ACCUMULATED],
             sorted(n[:-5] for n in os.listdir(folder)))
 
 
@@ -221,6 +227,13 @@ def check_numbers(summary, found, version, replay, work):
     check(any(f["invariant"] == "I3" and f["module_path"].startswith("1.experts.0")
               for f in skipped["findings"]),
           f"{version}: the expert a route skipped is stepped with its old gradient (I3)")
+    accumulated = sorted(c["title"] for c in summary["root_causes"]
+                         if "stale_gradient_accumulated" in c["scenarios"])
+    check(accumulated and accumulated[0].startswith(STALE_ACCUMULATED_CAUSE) and all(
+              f["module_path"].startswith("experts.1") for f in found["stale_gradient_accumulated"]["findings"]
+              if f["invariant"] == "I3"),
+          f"{version}: a backward that accumulates adds experts.1's gradient of the step before to its "
+          f"new one (I3, located in partition_grads()): {accumulated}")
     failures, nondeterministic = judge_new_causes(summary, triage_rows(), replay,
                                                   os.path.join(work, "finding_rates.json"))
     check(not failures, f"{version}: every I3, I4, I6 and I9 root cause is triaged in "
