@@ -198,11 +198,12 @@ void Config::validate(int world_size, const std::string& path) const {
 #undef ZERO3_CHECK_TOP
 #undef ZERO3_CHECK_ZERO
   check_world_size(world_size, path);
-  // fp16 is refused by its key, never run in fp32 as if it had not asked: LibTorch 1.13 has no
-  // fp16 matmul on CPU, so no forward could run (precision.h).
-  if (precision.fp16_enabled.value_or(false))
-    throw ConfigError(path + ".fp16.enabled: true: zerocheck's engine has no fp16 (LibTorch 1.13 has no fp16 "
-                      "matmul on CPU); use bf16.enabled, or leave the key out or false");
+  // fp16 and bf16 together are refused, as DeepSpeed asserts (runtime/config.py:831-832
+  // (v0.14.5)). fp16 alone is valid everywhere (a config is the same on every lane); initialize
+  // refuses it where this LibTorch has no fp16 Linear on CPU (precision_refusal, fp16_probe.h).
+  if (precision.fp16_enabled.value_or(false) && precision.bf16_enabled.value_or(false))
+    throw ConfigError(path + ".fp16.enabled: true together with bf16.enabled: true; DeepSpeed refuses both "
+                      "(runtime/config.py:831-832 (v0.14.5)): enable one");
   if (zero_optimization.offload_optimizer_device != "none")
     throw ConfigError(path + ".zero_optimization.offload_optimizer.device: \"" +
                       zero_optimization.offload_optimizer_device +

@@ -78,10 +78,10 @@ inline constexpr int64_t kConfigIntMax = std::numeric_limits<int32_t>::max();
 // text per DeepSpeed version replayed, "null" where DeepSpeed derives the value or ignores the
 // key (docs/deepspeed-precision.md section 1 cites each line). A config keeps only the keys
 // written: an absent key means the replayed version's default (they differ: gradient_clipping).
-// validate() refuses fp16.enabled true (no fp16 matmul on CPU in LibTorch 1.13); bf16.enabled,
-// grad_accum_dtype, communication_data_type (the last two under bf16 only) and gradient_clipping
-// take effect (precision_in_effect in engine/precision.h); the other keys are validated and
-// inert.
+// validate() refuses fp16.enabled and bf16.enabled both true; bf16.enabled, fp16.enabled with
+// its scaler keys, grad_accum_dtype, communication_data_type (the last two under bf16 or fp16
+// only) and gradient_clipping take effect (precision_in_effect in engine/precision.h; initialize
+// refuses fp16 where LibTorch has no fp16 Linear on CPU); the other keys are validated and inert.
 #define ZERO3_PRECISION_KEYS(X)                                                                  \
   X(bf16_enabled, "bf16", "enabled", Bool, 0, 0, "false", "false",                             \
     "bf16 parameters, gradients and communication over an fp32 master partition")              \

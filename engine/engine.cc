@@ -221,6 +221,8 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::
   options.precision = precision_in_effect(options.precision, config.precision);
   if (const std::string refusal = precision_refusal(options.precision); !refusal.empty())
     throw UsageError("initialize: " + refusal);
+  if (const std::string refusal = fp16_refusal_here(options.precision); !refusal.empty())
+    throw UsageError("initialize: " + refusal);
 
   auto state = std::make_shared<EngineState>(model, comm, config, options);
   state->user_optimizer = &optimizer;
@@ -316,7 +318,8 @@ void Engine::backward(const at::Tensor& loss) {
   for (auto& p : state_->params)  // whole tensors collect fresh local gradients
     if (p->whole_here(rank) && p->trainable) p->param.mutable_grad() = at::Tensor();
   const double scale = state_->scaler.scale();
-  // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): a bf16 loss is widened.
+  // v0.14.5 scales loss.float() (runtime/fp16/loss_scaler.py:61-63): a bf16 or fp16 loss is
+  // widened, and the scaled loss's backward runs into the 16-bit graph (R2).
   try {
     if (scale != 1.0) (loss.to(at::kFloat) * scale).backward(); else loss.backward();
   } catch (...) {
@@ -367,7 +370,8 @@ bool unscale_and_clip(EngineState& state) {
   state.global_grad_norm = scaled_norm / scale;
   state.faults.reported_norm(state, state.global_grad_norm);
   if (overflow) return false;
-  const double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
+  double combined = unscale_and_clip_divisor(clip_norm, scale, precision.gradient_clipping);
+  state.faults.unscale_divisor(state, clip_norm, combined);
   if (combined != 1.0)  // on the fp32 gradients (R8): the masters' (step_gradients)
     for (auto& p : state.params)
       if (p->trainable && p->master.grad().defined()) {

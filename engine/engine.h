@@ -5,15 +5,15 @@
 // backward; when a parameter's full gradient has accumulated, a hook on its gradient
 // accumulator reduce-scatters it into this rank's averaged shard gradient, frees it and
 // releases the parameter. step() updates fp32 shards only, with the user's optimizer rebuilt
-// over them; with bf16 parameters (EngineOptions::precision) those are fp32 masters beside bf16
-// shards, copied back rounding to nearest even after each step (precision.h). Outside
+// over them; with bf16 or fp16 parameters (EngineOptions::precision) those are fp32 masters
+// beside 16-bit shards, copied back rounding to nearest even after each step (precision.h). Outside
 // forward/backward no partitioned parameter holds full data.
 //
 // Engine state never lives on user objects: ids, shards, statuses and hooks are in the engine's
 // own tables, keyed by object identity; ids come from a per-engine counter.
 //
 // Overflow contract: when EngineOptions::precision asks for overflow protection
-// (check_overflow), a step whose gradients hold a NaN or an infinity on any rank is skipped on
+// (check_overflow; always on with fp16, as DeepSpeed's ZeRO-3 checks every fp16 step), a step whose gradients hold a NaN or an infinity on any rank is skipped on
 // every rank: weights, fp32 masters, optimizer state and optimizer_steps() stay as they were,
 // skipped_steps() grows by one, the loss scale is updated (precision.h), and the step's reported
 // gradient norm (global_grad_norm()) is not finite, never a number. The check is the
@@ -231,8 +231,9 @@ class Engine {
 
 // Wraps `model` for ZeRO-3 training: partitions its parameters over comm's ranks and rebuilds
 // `optimizer` (built by the user over the model's parameters) over the fp32 shards. Collective.
-// Throws UsageError for precision options it cannot run (fp16; bf16 with placed modules; the
-// message says why), ConfigError for a bad config, OptimizerMismatch when the optimizer does not cover
+// Throws UsageError for precision options it cannot run (fp16 where LibTorch computes no fp16
+// Linear on CPU, naming fp16.enabled and LibTorch's message; 16-bit parameters with placed
+// modules; the message says why), ConfigError for a bad config, OptimizerMismatch when the optimizer does not cover
 // exactly the model's trainable parameters, AlreadyInitialized when the model, a module of it or
 // the optimizer is managed by a live engine (nothing is changed then).
 std::unique_ptr<Engine> initialize(std::shared_ptr<Module> model, torch::optim::Optimizer& optimizer,

@@ -64,6 +64,7 @@
   X(void, clip_norm, (double rank_sum_of_squares, double& norm), "step, at an accumulation boundary: the global gradient norm (all-reduced) the clip coefficient is computed from") \
   X(void, overflow_decision, (double rank_sum_of_squares, double norm, bool& overflow), "step, at an accumulation boundary with overflow protection: whether the step overflowed, decided from the all-reduced norm") \
   X(void, reported_norm, (const EngineState& state, double& norm), "step, at an accumulation boundary: the gradient norm global_grad_norm() reports") \
+  X(void, unscale_divisor, (const EngineState& state, double scaled_norm, double& combined), "step, at an accumulation boundary that applies: what the fp32 gradients are divided by (the updated loss scale, times the clip coefficient from the scaled norm)") \
   X(bool, skips_optimizer_step, (EngineState& state), "step, at an accumulation boundary: true counts the step without applying it") \
   X(void, sub_group_steps, (size_t group, size_t groups, int& times), "step, sub-group `group` of `groups` of the flat fp32 partition: how many times the optimizer steps it (once)") \
   X(void, copy_back, (const at::Tensor& master, at::Tensor& rounded), "step, load and partition with bf16 parameters: a fp32 master rounded to the parameter dtype (to nearest even), about to be copied into its bf16 copy") \

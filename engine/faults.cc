@@ -6,10 +6,12 @@ namespace zero3 {
 
 const std::vector<FaultInfo>& fault_catalogue() {
   static const std::vector<FaultInfo> catalogue = {
-#define ZERO3_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc, false},
+#define ZERO3_FAULT_INFO(id, name, invariant, killer, kill_text, doc) \
+  {Fault::id, name, invariant, killer, kill_text, doc, false, std::string_view(name).substr(0, 5) == "fp16-"},
       ZERO3_FAULTS(ZERO3_FAULT_INFO)
 #undef ZERO3_FAULT_INFO
-#define ZERO3_DEEP_FAULT_INFO(id, name, invariant, killer, kill_text, doc) {Fault::id, name, invariant, killer, kill_text, doc, true},
+#define ZERO3_DEEP_FAULT_INFO(id, name, invariant, killer, kill_text, doc) \
+  {Fault::id, name, invariant, killer, kill_text, doc, true, std::string_view(name).substr(0, 5) == "fp16-"},
       ZERO3_DEEP_FAULTS(ZERO3_DEEP_FAULT_INFO)
 #undef ZERO3_DEEP_FAULT_INFO
   };

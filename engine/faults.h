@@ -61,7 +61,8 @@ namespace zero3 {
   X(live_limit_ignored, "live-limit-ignored", "I4", "engine_integration_tests:Knobs.LiveLimitStopsThePrefetch", "the prefetch went past stage3_max_live_parameters", "the prefetch reads no stage3_max_live_parameters: it gathers up to stage3_prefetch_bucket_size whatever is gathered already, so a rank holds more gathered parameters at once than the limit allows") \
   X(sub_group_stepped_twice, "sub-group-stepped-twice", "I3", "engine_integration_tests:SubGroups.StepLikeOneGroup", "sub-groups moved a bit", "the optimizer steps the last of two or more sub-groups of the flat fp32 partition twice") \
   X(sub_group_skipped, "sub-group-skipped", "I3", "engine_integration_tests:SubGroups.StepLikeOneGroup", "sub-groups moved a bit", "the optimizer skips the first of two or more sub-groups of the flat fp32 partition: those parameters do not move") \
-  X(overflow_norm_reported_as_sentinel, "overflow-norm-reported-as-sentinel", "I11", "harness_oracle_tests:CaughtOnlyByI11.OverflowNormReportedAsSentinel", "I11 violated", "with overflow protection, a skipped step reports its gradient norm as -1 (DeepSpeed master's sentinel) instead of a non-finite number: the skip, the scale and every weight are right, only the report lies")
+  X(overflow_norm_reported_as_sentinel, "overflow-norm-reported-as-sentinel", "I11", "harness_oracle_tests:CaughtOnlyByI11.OverflowNormReportedAsSentinel", "I11 violated", "with overflow protection, a skipped step reports its gradient norm as -1 (DeepSpeed master's sentinel) instead of a non-finite number: the skip, the scale and every weight are right, only the report lies") \
+  X(fp16_clip_of_scaled_norm, "fp16-clip-of-scaled-norm", "I3", "harness_oracle_tests:CaughtByFp16Parity.ClipOfScaledNorm", "I3 violated", "with fp16 parameters, gradient_clipping set and a loss scale above 1, the clip coefficient is computed from the scaled gradient norm (the loss scale not divided out before the clip): every clip binds S times harder, the reported norm and the skip decisions stay right")
 
 // Deep faults: each bites only when three or more conditions hold together (its description
 // starts with them), all within the random draw's reach (world <= 4, <= 12 nodes), as real bugs
@@ -96,6 +97,10 @@ struct FaultInfo {
   std::string_view kill_text;  // what the killer prints when it catches the fault
   std::string_view description;  // a deep fault's starts with its conditions
   bool deep = false;             // from ZERO3_DEEP_FAULTS
+  // Bites only under fp16 (its CLI name starts with "fp16-"): `mutants` draws fp16 for it, and
+  // where this LibTorch has no fp16 Linear on CPU (fp16_probe.h) it is not runnable: `mutants`
+  // and fault_kill_tests report it so, never as killed or survived.
+  bool fp16 = false;
 };
 
 // Returns every catalogue entry, in table order, the deep faults last (Fault::none excluded).

@@ -13,6 +13,20 @@
 // Where DeepSpeed's versions differ, the engine follows v0.14.5 (R3: the reduced gradient is
 // cast to the parameter dtype before it meets the accumulation buffer).
 //
+// fp16 (param_dtype Half, or fp16.enabled) takes the same path with fp16 for bf16, in ZeRO-3's
+// fp16 order (docs/deepspeed-precision.md sections 2 and 6): parameters and shards fp16 (R1,
+// stage3.py:863-867 (v0.14.5): the fp32 master is the fp16 partition widened), the loss times
+// the scale in fp32 before backward (loss_scaler.py:61-63, stage3.py:2214 (v0.14.5)), gradients
+// fp16 with the communication and accumulation dtypes defaulting to fp16 (runtime/engine.py:
+// 857-869, 923-938 (v0.14.5)), the overflow check on every step (check_overflow is forced on:
+// stage3.py:1965-1978 (v0.14.5) checks exactly when the parameters are fp16), the scaler updated
+// before the unscale (stage3.py:1974-1978), the skip on every rank (:2025-2028), unscale and clip
+// on fp32 (:2109-2118), the fp32 step, the copy back rounding to nearest even (:2000-2003).
+// Where fp16 runs is decided by a probe, not a version: an fp16 Linear forward and backward on
+// CPU (fp16_probe.h). LibTorch 1.13 (Debian 12) fails it ("addmm_impl_cpu_" not implemented for
+// 'Half'), so initialize refuses fp16 there naming fp16.enabled and that message; 2.6 (Debian 13)
+// passes it.
+//
 // The contract (engine.h states it for the engine): with `check_overflow`, a step whose
 // gradients hold a NaN or an infinity on any rank is skipped on every rank.
 //
@@ -56,9 +70,11 @@ struct LossScalerOptions {
 
 struct PrecisionOptions {
   // The dtype of the model's parameters and shards, of the accumulated gradient, and of the
-  // reduce-scatter: Float or BFloat16 each, the last two Float when the first is. fp16 is
-  // refused: LibTorch 1.13 (Debian 12) has no fp16 Linear on CPU ("addmm_impl_cpu_" not
-  // implemented for 'Half'), so the engine could not run a forward there; 2.6 (Debian 13) has.
+  // reduce-scatter: Float, BFloat16 or Half; the last two each Float or the parameter dtype
+  // (Float when the first is). Half (fp16) runs only where fp16_probe.h's probe passes: LibTorch
+  // 1.13 (Debian 12) has no fp16 Linear on CPU ("addmm_impl_cpu_" not implemented for 'Half'),
+  // so initialize refuses it there; 2.6 (Debian 13) has one. Half parameters force
+  // check_overflow on (precision_in_effect), as DeepSpeed's ZeRO-3 checks every fp16 step.
   c10::ScalarType param_dtype = c10::ScalarType::Float;
   c10::ScalarType accum_dtype = c10::ScalarType::Float;
   c10::ScalarType comm_dtype = c10::ScalarType::Float;
@@ -70,14 +86,21 @@ struct PrecisionOptions {
   bool check_overflow = false;
   LossScalerOptions scaler;
 
-  // Whether parameters and shards are narrower than their fp32 master (bf16).
+  // Whether parameters and shards are narrower than their fp32 master (bf16 or fp16).
   bool mixed() const { return param_dtype != c10::ScalarType::Float; }
   // Whether step() needs the global gradient norm (one all-reduce of one double per step).
   bool needs_norm() const { return check_overflow || gradient_clipping > 0 || scaler.dynamic() || scaler.loss_scale != 1.0; }
 };
 
-// Returns a UsageError's message for options this engine cannot run, or "" when it can.
+// Returns a UsageError's message for options this engine cannot run on any LibTorch, or "" when
+// it can. A pure function: the same answer on every lane (scenario validation calls it).
 std::string precision_refusal(const PrecisionOptions& options);
+
+// Returns a UsageError's message, naming fp16.enabled and LibTorch's own message, when
+// `options` asks for fp16 parameters and this LibTorch computes no fp16 Linear on CPU
+// (fp16_probe.h); "" otherwise. Initialize calls it after precision_refusal; the harness calls
+// it to report an fp16 scenario as not runnable here.
+std::string fp16_refusal_here(const PrecisionOptions& options);
 
 // Returns `options` with the precision keys `config` writes in effect: a DeepSpeed config is
 // how a user sets them, EngineOptions::precision how code does. Takes gradient_clipping
@@ -86,10 +109,15 @@ std::string precision_refusal(const PrecisionOptions& options);
 // communication_data_type set the accumulation and communication dtypes, each absent meaning
 // bf16 (DeepSpeed's defaults under ZeRO: the parameter dtype, runtime/engine.py:923-938
 // (v0.14.5)) or, when code asked for bf16 too, EngineOptions' dtype; without bf16 those two
-// keys stay inert as before. Config validation refuses
-// fp16.enabled, and the fp16 scaler keys are inert without fp16, as in DeepSpeed. Throws
-// UsageError naming the key when the config and `options` both set gradient_clipping, or a
-// dtype, to different values.
+// keys stay inert as before. fp16.enabled true does the same with fp16 (the two absent dtypes
+// fp16), turns check_overflow on and sets the scaler from the fp16 section as v0.14.5 does
+// (fp16.loss_scale > 0 static, else dynamic; the five dynamic keys apply only when one is
+// written, else DynamicLossScaler's defaults 2^32, window 1000, hysteresis 1, min 1:
+// runtime/config.py:218-240, runtime/fp16/loss_scaler.py:118-126 (v0.14.5)); raise_at_min_scale
+// and the scaler rule stay as `options` has them. Without fp16 the fp16 scaler keys are inert,
+// as in DeepSpeed. Param_dtype Half set by code alone also turns check_overflow on. Throws
+// UsageError naming the key when the config and `options` both set gradient_clipping, a dtype or
+// (under fp16) the scaler to different values.
 PrecisionOptions precision_in_effect(PrecisionOptions options, const PrecisionConfig& config);
 
 // DeepSpeed's DynamicLossScaler / LossScaler (runtime/fp16/loss_scaler.py:118-203 (v0.14.5),
@@ -141,8 +169,14 @@ at::Tensor round_to(const at::Tensor& full, c10::ScalarType dtype);
 // At W >= 3 Gloo rounds to bf16 after each of its W-1 additions, in its own order; this engine
 // adds in fp32 and rounds once. Each bf16 rounding errs by at most half a bf16 ulp (2^-9
 // relative), so per element |engine - gloo| <= (W-1) * 2^-9 * (sum of |terms|) to first order,
-// plus the fp32 additions' own (W-1) * 2^-24 (sum of |terms|). The dense twin adds in the
-// same order as this engine, so engine and twin agree bit for bit at every world size.
+// plus the fp32 additions' own (W-1) * 2^-24 (sum of |terms|). fp16 takes the same path (its
+// wire is fp32 too, c10d_comm.h): one fp32 addition rounded once to fp16 at world 2; at W >= 3,
+// against a Gloo that rounds to fp16 after each addition, per element |engine - gloo| <=
+// (W-1) * 2^-11 * (sum of |terms|) + (W-1) * 2^-24 * (sum of |terms|) (half an fp16 ulp is 2^-11
+// relative), as long as no partial sum passes fp16's largest finite 65504 (an intermediate that
+// does is inf in one order and maybe not in the other: an overflow either side decides). The
+// dense twin adds in the same order as this engine, so engine and twin agree bit for bit at
+// every world size, for bf16 and fp16 alike.
 // Returns a new tensor (never `grad` itself).
 at::Tensor gradient_for_sum(const at::Tensor& grad, const PrecisionOptions& options, int divisor);
 

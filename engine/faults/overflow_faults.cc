@@ -1,5 +1,6 @@
-// The planted faults of overflow protection: who decides a skip, when the loss scale moves, and
-// what a skipped step reports (engine.h's overflow contract).
+// The planted faults of overflow protection and the loss scale: who decides a skip, when the
+// loss scale moves, what a skipped step reports (engine.h's overflow contract), and whether the
+// clip sees the scale divided out.
 #include "engine/faults/planted.h"
 
 #include "engine/internal/engine_state.h"
@@ -34,6 +35,19 @@ class OverflowNormReportedAsSentinel final : public PlantedFault {
   }
 };
 
+// fp16: the clip coefficient from the scaled norm, the loss scale S not divided out first
+// (DeepSpeed computes ((N / S) + 1e-6) / C, stage3.py:2109-2118 (v0.14.5)): with S > 1 every
+// clip binds S times harder. The gradients are still divided by S; the norm reported and the
+// overflow decision are untouched.
+class Fp16ClipOfScaledNorm final : public PlantedFault {
+  void unscale_divisor(const EngineState& state, double scaled_norm, double& combined) const override {
+    const PrecisionOptions& precision = state.options.precision;
+    if (precision.param_dtype != c10::ScalarType::Half) return;
+    const double scale = state.scaler.scale();
+    combined = unscale_and_clip_divisor(scaled_norm * scale, scale, precision.gradient_clipping);
+  }
+};
+
 }  // namespace
 
 namespace planted {
@@ -48,6 +62,10 @@ const PlantedFault& scale_doubled_one_step_early() {
 }
 const PlantedFault& overflow_norm_reported_as_sentinel() {
   static const OverflowNormReportedAsSentinel fault;
+  return fault;
+}
+const PlantedFault& fp16_clip_of_scaled_norm() {
+  static const Fp16ClipOfScaledNorm fault;
   return fault;
 }
 

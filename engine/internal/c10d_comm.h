@@ -96,9 +96,11 @@ class C10dComm : public Comm {
 
   // Gloo on LibTorch 1.13 has no bf16 at all ("Invalid scalar type"): bf16 travels as fp32,
   // which widening and narrowing back change by no bit (these collectives move data, never add:
-  // sums run in Comm, precision.h). NCCL moves bf16 as it is.
+  // sums run in Comm, precision.h). fp16 travels the same way, so both 16-bit dtypes take one
+  // path whatever Gloo's own fp16 support. NCCL moves both as they are.
   c10::ScalarType wire_dtype(const at::Tensor& t) const {
-    return t.scalar_type() == at::kBFloat16 && !transport_.is_cuda() ? at::kFloat : t.scalar_type();
+    const bool sixteen = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+    return sixteen && !transport_.is_cuda() ? at::kFloat : t.scalar_type();
   }
   at::Tensor staged(const at::Tensor& t) const {
     return t.device() == transport_ && wire_dtype(t) == t.scalar_type() ? t : t.to(transport_, wire_dtype(t));

@@ -21,10 +21,13 @@ OptimizerFactory sgd_factory(double lr, double momentum) {
 }
 
 at::Tensor training_loss(const at::Tensor& output, const at::Tensor& target) {
-  // LibTorch 1.13 has no bf16 mse_loss on CPU ("mse_cpu" not implemented for 'BFloat16'): a bf16
-  // output's loss is taken in fp32, as bf16 training commonly does; its gradient flows back
-  // through the cast as bf16.
-  if (output.scalar_type() == at::kBFloat16) return at::mse_loss(output.to(at::kFloat), target.to(at::kFloat));
+  // A 16-bit (bf16 or fp16) output's loss is taken in fp32, as the upstream replay takes it
+  // (F.mse_loss(out.float(), y)); its gradient flows back through the cast as bf16 or fp16.
+  // LibTorch 1.13 has no bf16 mse_loss on CPU ("mse_cpu" not implemented for 'BFloat16'), and an
+  // fp16 output against the fp32 target forwards in 2.6 (promoted) but its backward refuses the
+  // mix (mse_loss_backward: "Found dtype Float but expected Half").
+  if (output.scalar_type() == at::kBFloat16 || output.scalar_type() == at::kHalf)
+    return at::mse_loss(output.to(at::kFloat), target.to(at::kFloat));
   return at::mse_loss(output, target);
 }
 

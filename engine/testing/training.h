@@ -32,8 +32,8 @@ struct Batch {
   at::Tensor target;
 };
 
-// Returns the loss zerocheck trains with (mean squared error, in fp32 for a bf16 output), for the
-// engine side and the twin.
+// Returns the loss zerocheck trains with (mean squared error, in fp32 for a bf16 or fp16 output), for
+// the engine side and the twin.
 at::Tensor training_loss(const at::Tensor& output, const at::Tensor& target);
 
 // Returns every parameter of the tree once, with the path of its first appearance ("0.weight").

@@ -6,6 +6,7 @@
 
 #include "engine/engine.h"
 #include "engine/errors.h"
+#include "engine/fp16_probe.h"
 #include "engine/layers.h"
 #include "engine/shard_layout.h"
 #include "engine/tests/test_configs.h"
@@ -218,8 +219,8 @@ TEST(Bf16, ACheckpointKeepsTheMastersAndTheShardsAcrossWorlds) {
   std::filesystem::remove_all(dir);
 }
 
-// fp16 is refused, naming why, before anything changes; so are bf16 gradients over fp32
-// parameters.
+// fp16 is refused where LibTorch has no fp16 Linear on CPU, naming the key, before anything
+// changes; so are 16-bit gradients over fp32 parameters and fp16 gradients of bf16 parameters.
 TEST(Bf16, Fp16AndUnbuiltCombinationsAreRefusedBeforeAnythingChanges) {
   zerocheck::make_world(1)->run([](Comm& comm) {
     auto refused = [&](const PrecisionOptions& precision, const std::string& why) {
@@ -240,11 +241,11 @@ TEST(Bf16, Fp16AndUnbuiltCombinationsAreRefusedBeforeAnythingChanges) {
     };
     PrecisionOptions fp16;
     fp16.param_dtype = at::kHalf;
-    refused(fp16, "no fp16 matmul on CPU");
-    refused(bf16_options({1, at::kFloat, at::kHalf, 1}), "fp16 is refused");
+    if (!cpu_fp16_available()) refused(fp16, "fp16.enabled");
+    refused(bf16_options({1, at::kFloat, at::kHalf, 1}), "must each be Float or the parameter dtype");
     PrecisionOptions bf16_grads_only;
     bf16_grads_only.comm_dtype = at::kBFloat16;
-    refused(bf16_grads_only, "needs bf16 parameters");
+    refused(bf16_grads_only, "needs 16-bit parameters");
   });
 }
 

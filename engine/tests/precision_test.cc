@@ -4,6 +4,7 @@
 
 #include "engine/errors.h"
 #include "engine/precision.h"
+#include "engine/fp16_probe.h"
 
 #include "engine/config.h"
 
@@ -123,10 +124,21 @@ TEST(PrecisionOptions, DefaultsAreTheFp32EngineAndOthersAreRefusedWithTheReason)
   EXPECT_EQ(precision_refusal(o), "");
   o.accum_dtype = o.comm_dtype = c10::ScalarType::BFloat16;
   EXPECT_EQ(precision_refusal(o), "");
+  // fp16 is refused by precision_refusal (the same on every lane) only in combination: fp16
+  // parameters need the overflow check, and bf16 gradients do not go with them.
   o.param_dtype = c10::ScalarType::Half;
-  EXPECT_NE(precision_refusal(o).find("no fp16 matmul on CPU"), std::string::npos);
+  EXPECT_NE(precision_refusal(o).find("must each be Float or the parameter dtype"), std::string::npos);
+  o.accum_dtype = o.comm_dtype = c10::ScalarType::Half;
+  EXPECT_NE(precision_refusal(o).find("need check_overflow"), std::string::npos);
+  o.check_overflow = true;
+  EXPECT_EQ(precision_refusal(o), "");
+  // Whether it runs here is the probe's (fp16_probe.h): refused naming the key where it fails.
+  EXPECT_EQ(fp16_refusal_here(o).empty(), cpu_fp16_available());
+  if (!cpu_fp16_available()) {
+    EXPECT_NE(fp16_refusal_here(o).find("fp16.enabled"), std::string::npos);
+  }
   o.param_dtype = c10::ScalarType::Double;
-  EXPECT_NE(precision_refusal(o).find("Float or BFloat16"), std::string::npos);
+  EXPECT_NE(precision_refusal(o).find("Float, BFloat16 or Half"), std::string::npos);
   PrecisionOptions d;
   d.scaler.loss_scale = 0;
   EXPECT_NE(precision_refusal(d).find("needs check_overflow"), std::string::npos);
@@ -157,7 +169,8 @@ TEST(PrecisionInEffect, Bf16KeysSetTheDtypes) {
   EXPECT_EQ(o.accum_dtype, bf16);
   EXPECT_EQ(o.comm_dtype, f);
   config.communication_data_type = "fp16";
-  EXPECT_NE(precision_refusal(precision_in_effect(PrecisionOptions(), config)).find("fp16"), std::string::npos);
+  EXPECT_NE(precision_refusal(precision_in_effect(PrecisionOptions(), config)).find("Float or the parameter dtype"),
+            std::string::npos);
   PrecisionOptions code;
   code.param_dtype = bf16;
   code.comm_dtype = bf16;
@@ -168,6 +181,56 @@ TEST(PrecisionInEffect, Bf16KeysSetTheDtypes) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("communication_data_type"), std::string::npos) << e.what();
   }
+}
+
+// fp16.enabled makes the parameters fp16 (the absent dtypes fp16 too), turns the overflow check
+// on, and builds v0.14.5's scaler from the fp16 section: loss_scale > 0 static; else dynamic,
+// with the five keys only when one is written (runtime/config.py:218-240 (v0.14.5)), else
+// DynamicLossScaler's defaults (runtime/fp16/loss_scaler.py:118-126): 2^32, window 1000,
+// hysteresis 1, min 1. Code and config setting the scaler both are refused.
+TEST(PrecisionInEffect, Fp16KeysSetTheDtypesTheCheckAndV0145sScaler) {
+  const auto half = c10::ScalarType::Half, f = c10::ScalarType::Float;
+  PrecisionConfig config;
+  config.fp16_enabled = true;
+  PrecisionOptions o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_EQ(o.param_dtype, half);
+  EXPECT_EQ(o.accum_dtype, half);
+  EXPECT_EQ(o.comm_dtype, half);
+  EXPECT_TRUE(o.check_overflow);
+  EXPECT_TRUE(o.scaler.dynamic());
+  EXPECT_EQ(o.scaler.initial_scale_power, 32);
+  EXPECT_EQ(o.scaler.hysteresis, 1);
+  EXPECT_EQ(o.scaler.loss_scale_window, 1000);
+  EXPECT_EQ(o.scaler.min_loss_scale, 1.0);
+  EXPECT_EQ(precision_refusal(o), "");
+  config.fp16_hysteresis = 3;  // one key written: the section's defaults for the others
+  o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_EQ(o.scaler.initial_scale_power, 16);
+  EXPECT_EQ(o.scaler.hysteresis, 3);
+  config.fp16_loss_scale = 8;
+  config.grad_accum_dtype = "fp32";
+  o = precision_in_effect(PrecisionOptions(), config);
+  EXPECT_FALSE(o.scaler.dynamic());
+  EXPECT_EQ(o.scaler.loss_scale, 8.0);
+  EXPECT_EQ(o.accum_dtype, f);
+  EXPECT_EQ(o.comm_dtype, half);
+  PrecisionOptions code;
+  code.scaler.raise_at_min_scale = false;  // not a config key: kept
+  EXPECT_FALSE(precision_in_effect(code, config).scaler.raise_at_min_scale);
+  code.scaler.loss_scale = 4;
+  EXPECT_THROW(precision_in_effect(code, config), UsageError);
+  PrecisionOptions bf16_code;
+  bf16_code.param_dtype = c10::ScalarType::BFloat16;
+  try {
+    precision_in_effect(bf16_code, config);
+    ADD_FAILURE() << "fp16.enabled over bf16 code accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16.enabled"), std::string::npos) << e.what();
+  }
+  // fp16 by code alone: the check turns on, as DeepSpeed's ZeRO-3 checks every fp16 step.
+  PrecisionOptions half_code;
+  half_code.param_dtype = half_code.accum_dtype = half_code.comm_dtype = half;
+  EXPECT_TRUE(precision_in_effect(half_code, PrecisionConfig()).check_overflow);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `zerocheck check` and `zerocheck replay`: the harness's front door.
 #include "engine/errors.h"
 #include "engine/faults.h"
+#include "engine/precision.h"
 #include "harness/tools/check.h"
 #include "harness/cli/command.h"
 #include "harness/cli/process_args.h"
@@ -90,6 +91,9 @@ void register_check_command(CLI::App& command, int& exit_code) {
   command.add_option("--out", args->options.out_dir, "where shrunk scenarios are written");
   command.add_option("--disable", args->disable, "oracles to switch off, e.g. I3,I8 (ablation)");
   add_inert_fraction(command, args->options.inert_knobs_fraction);
+  command.add_flag("--fp16", args->options.fp16,
+                   "draw fp16.enabled (with its scaler keys) for most scenarios without a placement policy; where "
+                   "this LibTorch has no fp16 Linear on CPU they are counted as not runnable here, not run");
   command.add_flag("--json", args->json, "print one JSON object");
   command.callback([args, &exit_code] {
     args->options.fault = zero3::engine_by_name(args->engine, "--engine");
@@ -125,8 +129,19 @@ void register_check_command(CLI::App& command, int& exit_code) {
                  "{} with an injection\n",
                  result.with_tied, result.with_frozen, result.with_zero_size, result.with_experts,
                  result.with_placement, result.with_bf16, result.with_overflow_protection, result.with_injection);
+      if (args->options.fp16)
+        fmt::print("fp16: {} drawn, {} run, {} not runnable here{}\n", result.with_fp16,
+                   result.with_fp16 - result.not_runnable, result.not_runnable,
+                   result.not_runnable > 0 ? fmt::format(" ({})", result.not_runnable_reason) : "");
+      if (result.not_runnable > 0) {
+        std::string cases;
+        for (int64_t i : result.not_runnable_cases) cases += (cases.empty() ? "" : ", ") + std::to_string(i);
+        fmt::print("NOT RUNNABLE HERE: {} of {} drawn cases, not checked (case indices, seed {}: {}{})\n",
+                   result.not_runnable, result.cases_run + result.not_runnable, args->options.seed, cases,
+                   result.not_runnable > static_cast<int64_t>(result.not_runnable_cases.size()) ? ", ..." : "");
+      }
       if (result.finding) print_finding(*result.finding);
-      else fmt::print("all invariants held\n");
+      else fmt::print("all invariants held on the {} cases run\n", result.cases_run);
     }
     exit_code = result.finding ? kExitViolation : kExitOk;
   });
@@ -175,6 +190,11 @@ void register_replay_command(CLI::App& command, int& exit_code) {
     } catch (const ScenarioError& e) {
       throw zero3::UsageError(args->file + ": " + e.what());
     }
+    // A scenario this LibTorch cannot run (fp16 without a CPU fp16 Linear) is neither passed nor
+    // a violation: bad input for this build, with the reason.
+    if (const std::string refusal = zero3::fp16_refusal_here(zero3::precision_in_effect({}, scenario.config.precision));
+        !refusal.empty())
+      throw zero3::UsageError(args->file + ": not runnable here: " + refusal);
     const std::shared_ptr<JobPool> pool = args->process.make_pool();
     if (pool && args->twin_numbers)
       throw zero3::UsageError("--twin-numbers reads the twin of ranks in this process: drop --procs");

@@ -6,6 +6,7 @@
 // other oracle catch? The fault x oracle matrix shows each oracle's necessary work; an oracle
 // whose column has no survivor would be redundant, and the run fails (exit 1).
 #include "engine/faults.h"
+#include "engine/fp16_probe.h"
 #include "harness/tools/check.h"
 #include "harness/cli/command.h"
 #include "harness/scenario/invariants.h"
@@ -57,8 +58,13 @@ CheckOptions options_for(const MutantsArgs& args, const zero3::FaultInfo& info) 
   options.seed = args.seed;
   options.time_limit_s = info.deep ? args.time_per_deep_fault : args.time_per_fault;
   options.out_dir = args.out;
+  options.fp16 = info.fp16;  // an fp16 fault bites only in fp16 scenarios
   return options;
 }
+
+// Whether `info` cannot be run on this LibTorch: an fp16 fault where no fp16 Linear runs on CPU.
+// Such a row is reported as not runnable here, neither killed nor a survivor.
+bool not_runnable_here(const zero3::FaultInfo& info) { return info.fp16 && !zero3::cpu_fp16_available(); }
 
 std::string others_text(const std::map<std::string, int64_t>& others) {
   std::string out;
@@ -73,6 +79,16 @@ int run_scoring(const MutantsArgs& args) {
     fmt::print("{:<32} {:<6} {:<9} {:>6} {:>8} {:>7} {:>4}  {}\n", "fault", "killed", "invariant", "cases", "seconds",
                "modules", "ops", "also caught by (cases)");
   for (const auto& info : selected_faults(args)) {
+    if (not_runnable_here(info)) {
+      rows.push_back({{"fault", info.name}, {"deep", info.deep}, {"killed", nullptr},
+                      {"expected_invariant", info.invariant}, {"not_runnable", zero3::cpu_fp16_refusal()}});
+      if (!args.json) {
+        fmt::print("{:<32} {:<6} {:<9} NOT RUNNABLE HERE: needs fp16, and this LibTorch has no fp16 Linear on CPU "
+                   "({})\n", info.name, "n/a", std::string(info.invariant), zero3::cpu_fp16_refusal());
+        std::fflush(stdout);
+      }
+      continue;
+    }
     CheckOptions options = options_for(args, info);
     options.wanted_invariant = std::string(info.invariant);
     const CheckResult result = run_check(options);
@@ -127,6 +143,12 @@ int run_ablation(const MutantsArgs& args) {
   }
   for (const auto& info : faults) {
     nlohmann::json row{{"fault", info.name}, {"invariant", info.invariant}};
+    if (not_runnable_here(info)) {  // no column: nothing ran, so it shows no oracle necessary
+      row["not_runnable"] = zero3::cpu_fp16_refusal();
+      if (!args.json) fmt::print("{:<{}} not runnable here (no fp16 Linear on CPU)\n", info.name, name_width);
+      matrix.push_back(row);
+      continue;
+    }
     if (!args.json) fmt::print("{:<{}}", info.name, name_width);
     for (const auto& off : columns) {
       CheckOptions options = options_for(args, info);

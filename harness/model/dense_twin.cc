@@ -254,8 +254,9 @@ DenseTwin::Scaler DenseTwin::fresh_scaler() const {
 }
 
 // DynamicLossScaler.update_scale (runtime/fp16/loss_scaler.py:170-203 (v0.14.5)), with
-// raise_error_at_min_scale off and consecutive_hysteresis off (precision_of); a static scale
-// never moves.
+// raise_error_at_min_scale off (precision_of; workload_of for fp16 scenarios); a static scale
+// never moves. consecutive_hysteresis (fp16.consecutive_hysteresis): every clean step refills
+// the hysteresis, and a doubling then leaves it as it is (:193-202).
 void DenseTwin::update_scale(bool overflow) {
   const zero3::LossScalerOptions& o = precision_.scaler;
   if (!o.dynamic()) return;
@@ -264,9 +265,12 @@ void DenseTwin::update_scale(bool overflow) {
     if (o.hysteresis == 1 || s.hysteresis_left == 1) s.scale = std::max(s.scale / 2, o.min_loss_scale);
     else s.hysteresis_left -= 1;
     s.last_overflow_iter = s.iter;
-  } else if ((s.iter - s.last_overflow_iter) % o.loss_scale_window == 0) {
-    s.hysteresis_left = o.hysteresis;
-    s.scale *= 2;
+  } else {
+    if (o.consecutive_hysteresis) s.hysteresis_left = o.hysteresis;
+    if ((s.iter - s.last_overflow_iter) % o.loss_scale_window == 0) {
+      if (!o.consecutive_hysteresis) s.hysteresis_left = o.hysteresis;
+      s.scale *= 2;
+    }
   }
   s.iter += 1;
 }

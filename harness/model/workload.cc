@@ -19,6 +19,14 @@ Workload workload_of(const Scenario& scenario) {
   w.config = scenario.config;
   w.config.placement = scenario.placement;  // handed over as the user would
   w.precision = precision_of(scenario.overflow_protection);
+  // fp16 always checks for overflow (precision_in_effect turns it on in the engine; written here
+  // too, so that the interpreter's I11 and the traffic model see it), and its scaler comes from
+  // the config's fp16 section. As with overflow_protection, a scenario keeps the floor instead of
+  // DeepSpeed's exception at the minimum scale, so it runs to its end (a code option, not a key).
+  if (scenario.config.precision.fp16_enabled.value_or(false)) {
+    w.precision.check_overflow = true;
+    w.precision.scaler.raise_at_min_scale = false;
+  }
   return w;
 }
 

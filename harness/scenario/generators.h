@@ -18,6 +18,7 @@ struct GeneratorOptions {
   int fixed_world = 0;  // 0: each scenario draws its world from 1..kMaxDrawnWorld; else 1..kMaxFixedWorld
   int max_ops = 24;    // 0..kMaxDrawnOps
   int max_depth = kMaxDrawnDepth;
+  bool fp16 = false;   // DrawLimits::fp16: draw fp16.enabled for most scenarios
 };
 
 // Returns the generator. Throws UsageError (when drawn) for options out of range.

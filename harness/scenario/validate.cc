@@ -294,6 +294,14 @@ void validate(const Scenario& s) {
   rules::placement("$.placement", s.placement, s.world_size);
   if (s.placement.kind != zero3::PlacementSpec::Kind::none && s.config.precision.bf16_enabled.value_or(false))
     rules::fail("$.config.bf16.enabled", "true with a placement policy: the engine's placed modules are fp32 only");
+  if (s.config.precision.fp16_enabled.value_or(false)) {
+    if (s.placement.kind != zero3::PlacementSpec::Kind::none)
+      rules::fail("$.config.fp16.enabled", "true with a placement policy: the engine's placed modules are fp32 only");
+    // fp16 has its own scaler and overflow check (the config's fp16 section): one place.
+    if (s.overflow_protection)
+      rules::fail("$.overflow_protection", "present with fp16.enabled true: fp16's scaler comes from the config's "
+                                           "fp16 section; leave one out");
+  }
   rules::count_within("$.tree", s.tree.size(), schema::limits::nodes);
   for (size_t i = 0; i < s.tree.size(); ++i) validate_node(s, i);
   rules::count_within("$.ops", s.ops.size(), schema::limits::ops);

@@ -251,11 +251,18 @@ TEST(Cli, MutantsKillsEveryFaultWithItsInvariant) {
   const CliRun run = run_cli("mutants --json --time-per-fault 20 --time-per-deep-fault 60 --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto rows = nlohmann::json::parse(run.output);
-  ASSERT_GE(rows.size(), 51u);  // 41 single faults (the four knob faults among them) and 10 deep ones when this was written
+  ASSERT_GE(rows.size(), 52u);  // 42 single faults (the four knob faults and fp16-clip-of-scaled-norm among them) and 10 deep ones when this was written
   int deep = 0;
   for (const auto& row : rows) deep += row["deep"].get<bool>();
   EXPECT_GE(deep, 8) << "the catalogue keeps at least 8 deep faults";
   for (const auto& row : rows) {
+    // An fp16 fault where LibTorch has no CPU fp16 (1.13) is not runnable here: neither killed
+    // nor a survivor (the Debian 13 lane kills it).
+    if (row.contains("not_runnable")) {
+      EXPECT_EQ(row["fault"].get<std::string>().rfind("fp16-", 0), 0u) << row.dump();
+      EXPECT_TRUE(row["killed"].is_null()) << row.dump();
+      continue;
+    }
     EXPECT_EQ(row["killed"], true) << row.dump();
     EXPECT_EQ(row["invariant"], row["expected_invariant"]) << row.dump();
     for (const char* key : {"fault", "deep", "killed", "invariant", "cases_to_kill", "seconds_to_kill", "modules", "ops"})

@@ -6,6 +6,7 @@
 // is seen to fail without any engine fault.
 #include <gtest/gtest.h>
 
+#include "engine/fp16_probe.h"
 #include "engine/layers.h"
 #include "engine/testing/fault_under_test.h"
 #include "harness/interpreter/interpreter.h"
@@ -81,6 +82,16 @@ TEST(CaughtOnlyByI11, OverflowNormReportedAsSentinel) { expect_holds("overflow-n
 // bf16, world 2, SGD: the step's fp32 masters are right and only their bf16 copies are
 // truncated; the next forward's loss (or a master after the next step) differs from the twin's.
 TEST(CaughtByBf16Parity, CopyBackTruncates) { expect_holds("copy-back-truncates"); }
+
+// fp16 (a dynamic scale of 16), world 2, SGD, gradient_clipping 0.1: the twin's clip
+// coefficient comes from the norm with the scale divided out, the fault's from the scaled norm,
+// 16 times larger: the first step's fp32 masters differ. Runs where LibTorch computes an fp16
+// Linear on CPU (fp16_probe.h; fault_kill_tests skips the fault elsewhere).
+TEST(CaughtByFp16Parity, ClipOfScaledNorm) {
+  if (!zero3::cpu_fp16_available())
+    GTEST_SKIP() << "this LibTorch computes no fp16 Linear on CPU: " << zero3::cpu_fp16_refusal();
+  expect_holds("fp16-clip-of-scaled-norm");
+}
 
 // Deep faults (engine/faults.h, ZERO3_DEEP_FAULTS): each scenario is the shrunk one `zerocheck
 // mutants` found, meeting every condition of its fault's conjunction.

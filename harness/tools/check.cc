@@ -1,5 +1,6 @@
 #include "harness/tools/check.h"
 
+#include "engine/precision.h"
 #include "harness/scenario/generators.h"
 
 #include <fmt/format.h>
@@ -60,6 +61,7 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
   GeneratorOptions generator;
   generator.fixed_world = options.fixed_world;
   generator.max_ops = options.max_ops;
+  generator.fp16 = options.fp16;
   const auto gen = gen_scenario(generator);
   RunOptions run;
   run.fault = options.fault;
@@ -73,6 +75,17 @@ CheckResult run_check(const CheckOptions& options, const Progress& progress) {
     const int size = static_cast<int>((i % 50) * 2 + 2);
     rc::Shrinkable<Scenario> drawn = gen(rc::Random(options.seed * 1000003ULL + static_cast<uint64_t>(i)), size);
     const Scenario scenario = drawn.value();
+    if (scenario.config.precision.fp16_enabled.value_or(false)) {
+      ++result.with_fp16;
+      const std::string refusal =
+          zero3::fp16_refusal_here(zero3::precision_in_effect({}, scenario.config.precision));
+      if (!refusal.empty()) {  // not runnable here: counted and named, never run, never passed
+        ++result.not_runnable;
+        if (result.not_runnable_cases.size() < 20) result.not_runnable_cases.push_back(i);
+        result.not_runnable_reason = refusal;
+        continue;
+      }
+    }
     const ScenarioShape shape = shape_of(scenario);
     result.with_tied += shape.tied;
     result.with_frozen += shape.frozen;
@@ -140,7 +153,9 @@ nlohmann::json to_json(const CheckResult& result, zero3::Fault fault) {
                          {"zero_size", result.with_zero_size}, {"experts", result.with_experts},
                          {"placement", result.with_placement}, {"bf16", result.with_bf16},
                          {"overflow_protection", result.with_overflow_protection},
-                         {"injection", result.with_injection}}},
+                         {"injection", result.with_injection}, {"fp16", result.with_fp16}}},
+          {"not_runnable", {{"count", result.not_runnable}, {"cases", result.not_runnable_cases},
+                            {"reason", result.not_runnable_reason}}},
           {"violations", violations}};
 }
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace zerocheck {
 
@@ -33,6 +34,10 @@ struct CheckOptions {
   std::string wanted_invariant;
   std::set<std::string> disabled_oracles;  // see RunOptions
   double inert_knobs_fraction = 0.25;      // see RunOptions (I10's second run)
+  // Draw fp16.enabled for most scenarios (DrawLimits::fp16). Where this LibTorch computes no fp16
+  // Linear on CPU (zero3::fp16_refusal_here), a scenario asking fp16 is not run: it is counted
+  // in CheckResult::not_runnable and named, never passed, never a violation.
+  bool fp16 = false;
   // Runs one scenario (unset: run_scenario, the thread world). `check --procs` runs it on a
   // world of processes (harness/tools/jobs.h).
   std::function<Verdict(const Scenario&, const RunOptions&)> runner;
@@ -56,7 +61,11 @@ struct CheckResult {
   std::map<std::string, int64_t> other_invariants;  // cases caught by another invariant than the wanted one
   // Shape counts over generated cases, to show the generator reaches what matters.
   int64_t with_tied = 0, with_frozen = 0, with_zero_size = 0, with_experts = 0, with_placement = 0, with_bf16 = 0;
-  int64_t with_overflow_protection = 0, with_injection = 0;
+  int64_t with_overflow_protection = 0, with_injection = 0, with_fp16 = 0;
+  // Drawn scenarios this LibTorch cannot run (fp16 without a CPU fp16 Linear): not in cases_run.
+  int64_t not_runnable = 0;
+  std::vector<int64_t> not_runnable_cases;  // their case indices (the first 20), for replay by seed
+  std::string not_runnable_reason;          // zero3::fp16_refusal_here's message
 };
 
 // Called about twice a second with the cases run so far.

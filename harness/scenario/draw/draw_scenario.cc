@@ -92,6 +92,20 @@ const std::vector<Row<std::optional<double>>> kGradientClipping = {
 const std::vector<Row<std::optional<bool>>> kBf16 = {{4, std::nullopt}, {1, true}};
 const std::vector<Row<std::optional<std::string>>> kBf16Dtype = {
     {2, std::nullopt}, {1, std::string("fp32")}, {1, std::string("bf16")}};
+// fp16.enabled, drawn only with DrawLimits::fp16 (`check --fp16`): mostly on, with the two dtypes
+// absent (fp16, DeepSpeed's default) or written either way, and a scaler that is static,
+// dynamic with the fp16 section's keys (small scales: an fp16 gradient of these models overflows
+// past about 2^12), or dynamic with no key written (v0.14.5: 2^32 and hysteresis 1, so the
+// first steps overflow and are skipped until the scale comes down).
+const std::vector<Row<bool>> kFp16 = {{1, false}, {3, true}};
+const std::vector<Row<std::optional<std::string>>> kFp16Dtype = {
+    {2, std::nullopt}, {1, std::string("fp32")}, {1, std::string("fp16")}};
+enum class Fp16Scaler { fixed, dynamic_keys, dynamic_defaults };
+const std::vector<Row<Fp16Scaler>> kFp16Scalers = {
+    {1, Fp16Scaler::fixed}, {4, Fp16Scaler::dynamic_keys}, {1, Fp16Scaler::dynamic_defaults}};
+const std::vector<Row<int64_t>> kFp16ScalePowers = {{2, 4}, {1, 0}, {1, 8}, {1, 12}};
+const std::vector<Row<int64_t>> kFp16MinScales = {{2, 1}, {1, 4}};
+const std::vector<Row<double>> kFp16StaticScales = {{2, 1}, {1, 8}, {1, 3}};
 const std::vector<Row<zero3::PlacementSpec::Kind>> kPlacements = {
     {3, zero3::PlacementSpec::Kind::none}, {2, zero3::PlacementSpec::Kind::attr_mod}, {1, zero3::PlacementSpec::Kind::map}};
 // Offsets of odd shapes: one element, a prime, zero-size, fewer elements than some worlds have ranks.
@@ -294,6 +308,8 @@ class Draw {
     if (training_) {
       overflow_protection(s);
       injections(s);
+      // Last of all, and only when asked: the default draw reads no byte for it.
+      if (limits_.fp16) fp16_keys(s);
     }
     return s;
   }
@@ -459,6 +475,34 @@ class Draw {
       protection.min_loss_scale = pick(c_, kMinScales);
     }
     s.overflow_protection = protection;
+  }
+
+  // fp16.enabled with its dtypes and scaler (kFp16*), for scenarios without a placement policy
+  // (placed modules are fp32 only). fp16 has its own scaler and always checks for overflow, so
+  // it replaces bf16 and the scenario's overflow_protection (scenario validation keeps them
+  // apart); the injections stay, and now meet fp16's check.
+  void fp16_keys(Scenario& s) {
+    if (s.placement.kind != zero3::PlacementSpec::Kind::none || !pick(c_, kFp16)) return;
+    zero3::PrecisionConfig& p = s.config.precision;
+    p.bf16_enabled.reset();
+    p.fp16_enabled = true;
+    p.grad_accum_dtype = pick(c_, kFp16Dtype);
+    p.communication_data_type = pick(c_, kFp16Dtype);
+    switch (pick(c_, kFp16Scalers)) {
+      case Fp16Scaler::fixed:
+        p.fp16_loss_scale = pick(c_, kFp16StaticScales);
+        break;
+      case Fp16Scaler::dynamic_keys:
+        p.fp16_initial_scale_power = pick(c_, kFp16ScalePowers);
+        p.fp16_loss_scale_window = static_cast<int64_t>(pick(c_, kScaleWindows));
+        p.fp16_hysteresis = static_cast<int64_t>(pick(c_, kHysteresis));
+        p.fp16_min_loss_scale = pick(c_, kFp16MinScales);
+        p.fp16_consecutive_hysteresis = c_.boolean(3, 1) ? std::optional<bool>(true) : std::nullopt;  // mostly absent
+        break;
+      case Fp16Scaler::dynamic_defaults:
+        break;
+    }
+    s.overflow_protection.reset();
   }
 
   // Inserts each injection right before an operation that takes it (a forward for "input", a

@@ -17,7 +17,8 @@
 //   says so: one operation, a training step (forward, backward, step) or a save with its load
 //   (which sometimes also loads into a world of 1..kMaxDrawnWorld ranks);
 // - last (training profile): the ZeRO knobs and precision keys, then overflow protection and up
-//   to two `inject`s, each inserted right before a forward or backward that takes it.
+//   to two `inject`s, each inserted right before a forward or backward that takes it; with
+//   DrawLimits::fp16 only, after all of them, fp16.enabled and its keys.
 //
 // Invariants: every drawn scenario passes validate() and stays inside schema::limits. DrawLimits
 // only cut: a fixed world still draws the world (then replaces it) and every later choice's range
@@ -76,6 +77,11 @@ struct DrawLimits {
   size_t max_nodes = kMaxDrawnNodes;   // 1..the profile's max_nodes
   size_t max_ops = kMaxDrawnOps;       // 0..kMaxDrawnOps
   int max_depth = kMaxDrawnDepth;      // 1..the profile's max_depth
+  // Training profile: after every other choice, draw fp16.enabled (with its dtypes and scaler
+  // keys) for most scenarios without a placement policy (`check --fp16`, `mutants` for the fp16
+  // faults). Off, the draw reads no byte for it: the default draw, the corpora and the upstream
+  // export (DeepSpeed's CPU accelerator refuses fp16 at initialize) never draw fp16.
+  bool fp16 = false;
 
   // Throws UsageError naming the field, its value and the range when a limit is out of range.
   void validate() const;
