@@ -11,7 +11,9 @@ all of them):
      parameter's failure is reported;
   2. a patched copy (DeepSpeed's module counter written as `ds_id` instead of `id`, and read
      back from there) with --baseline run 1: the `id` findings are fixed, the `ds_id` ones are
-     new, and the exit code is 1 because something is new;
+     new, and the exit code is 1 because something is new; then a copy with the stale gradient
+     fixed (every gradient partition cleared after a step): neither stale-gradient cause is left
+     in its two scenarios, so the checks asserting that bug see DeepSpeed's buffer, not the twin;
   3. three scenarios with a rank crash (SIGSEGV) and a hang planted: each gets its finding,
      and the scenario after them still gets an ordinary verdict;
   4. --shrink on the zero-size parameter's scenario and the stale gradient's: every signature
@@ -29,9 +31,9 @@ import os
 import subprocess
 import sys
 
-from upstream_support import (EXPERT_SKIPPED, EXTRA, SKIP, TWIN_SCENARIOS, Edit, arguments, check,
-                              check_numbers, export, patched_tree, read, replayer, run, signatures,
-                              verdicts)
+from upstream_support import (EXPERT_SKIPPED, EXTRA, SKIP, STALE_ACCUMULATED, STALE_ACCUMULATED_CAUSE,
+                              TWIN_SCENARIOS, Edit, arguments, check, check_numbers, export,
+                              patched_tree, read, replayer, run, signatures, verdicts)
 
 # DeepSpeed with its module counter moved from `id` to `ds_id`, as master has it.
 DS_ID_EDITS = [Edit(relative, r"(?<=[\w\]])\.id\b", ".ds_id", regex=True, count=None)
@@ -61,6 +63,13 @@ def main():
         check_survival(zerocheck, python, tree, work, common, scenarios, exported)
     print("upstream suite on", tree, f"({part or 'all parts'}): all checks passed")
     return 0
+# DeepSpeed with the stale gradient fixed, planted: every parameter's gradient partition cleared
+# after each step. Both stale-gradient checks (check_numbers) must then find nothing.
+STALE_FIX = [Edit("deepspeed/runtime/zero/stage3.py", "    def _post_step(self, timer_names):\n",
+                  "    def _post_step(self, timer_names):\n"
+                  "        for _zc_buffer in self.__param_id_to_grad_partition.values():\n"
+                  "            _zc_buffer.zero_()\n")]
+STALE_CAUSE = "I3 step: the gradient handed to the optimizer first differs from the dense twin, for a parameter without"
 
 
 def check_baseline(zerocheck, python, tree, work, common, scenarios, exported):
@@ -107,6 +116,18 @@ def check_baseline(zerocheck, python, tree, work, common, scenarios, exported):
           "the user's `ds_id` on the experts overwritten: new")
     left = new + [e["signature"] for e in comparison["unchanged"]]
     check(not any("attribute 'id'" in s or "by 'id'" in s for s in left), "no `id` finding left")
+
+    # 2b. The stale gradient fixed in a copy: both of its scenarios hold there, so the checks
+    # that assert the bug (check_numbers) see the bug, not the twin.
+    fixed_tree = patched_tree(tree, os.path.join(work, "stale-fix-tree", "deepspeed-stale-fix"), STALE_FIX,
+                              "gradient partitions cleared after each step")
+    fixed_out = os.path.join(work, "stale-fix")
+    run(zerocheck, common + ["--deepspeed-tree", fixed_tree, "--out", fixed_out,
+                             "--scenarios", EXPERT_SKIPPED, STALE_ACCUMULATED], expect=None)
+    causes = sorted(c["title"] for c in read(os.path.join(fixed_out, "summary.json"))["root_causes"])
+    check(sorted(verdicts(fixed_out)) == ["expert_skipped_by_route", "stale_gradient_accumulated"]
+          and not [t for t in causes if t.startswith((STALE_ACCUMULATED_CAUSE, STALE_CAUSE))],
+          f"with the gradient partitions cleared after each step, neither stale-gradient cause: {causes}")
 
 
 def check_survival(zerocheck, python, tree, work, common, scenarios, exported):
