@@ -104,4 +104,9 @@ plan=$(awk '/^#define / { deep = ($0 ~ /^#define ZERO3_DEEP_FAULTS\(/) }
 expect_faults "$plan" ci/fuzz-fault-hunt --all --list-faults
 expect_faults "$(grep '^shard-offset-off-by-one ' <<<"$plan"; grep '^legacy-0.15.4 ' <<<"$plan")" \
   ci/fuzz-fault-hunt --all --list-faults --faults "shard-offset-off-by-one legacy-0.15.4"
+# The smoke's knobs are checked before its build (it exits 0 at once where clang++-14 is missing).
+if command -v clang++-14 >/dev/null 2>&1; then
+  expect_usage "FUZZ_SMOKE_SEED_STRIDE needs a positive whole number, got 'x'" env FUZZ_SMOKE_SEED_STRIDE=x ci/fuzz-smoke
+  expect_usage "FUZZ_SMOKE_SECONDS needs a positive whole number, got '0'" env FUZZ_SMOKE_SECONDS=0 ci/fuzz-smoke
+fi
 [ "$failures" -eq 0 ]
