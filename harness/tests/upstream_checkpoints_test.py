@@ -35,6 +35,10 @@ from the twin right after initialize (I3; in zero_init_adam_save_load its consol
 from the twin with it). It is the Gloo all_gather race of KNOWN_UPSTREAM.md on the write side:
 measured on v0.14.5 in 4 of 70 runs of zero_init_tied alone and 1 of 9 of zero_init_adam_save_load,
 and in none of 30 with every all_gather waited for (what PR #8539 does upstream).
+The same race at a load (tags_load_t1_without_optimizer_states: the values before the load landing
+over what load_module_state_dict wrote, seen in CI as three different loads in 4 runs) is keyed by
+what the capture observes, a shard not published as the load wrote it, and triaged as
+nondeterministic; what a scenario shows is judged on the runs no such cause struck.
 """
 
 import os
@@ -139,7 +143,8 @@ def judged(firsts, replay, holds, shows, rows):
     """({scenario: why it fails}, the rates): each scenario's first run, `firsts` ({name:
     (verdict, summary)}), and for those that need a second look (first_look) every one of their
     replays by replay(names, attempt) -> {name: (verdict, summary)}, each finding judged by its
-    rate (upstream_rates.judge) and what a scenario shows by every run."""
+    rate (upstream_rates.judge) and what a scenario shows by every run no nondeterministic cause
+    struck (a race at a load can leave other values than the bug the scenario shows)."""
     runs = {name: [first] for name, first in firsts.items()}
     looks = {name: (findings_of(name, *first), "; ".join(why)) for name, first in firsts.items()
              for why in [first_look(name, *first, holds, shows, rows)] if why}
@@ -155,11 +160,15 @@ def judged(firsts, replay, holds, shows, rows):
         rates += mine
         result[name] = [w for w in (judge(r, rows.get(r.finding), new_invariant(r.finding),
                                           name in holds) for r in mine) if w]
-        if name in shows:
-            seen = sum(shown(shows[name], verdict) for verdict, _ in runs[name])
-            if seen < len(runs[name]):
+        if name in shows:  # in every run no nondeterministic cause struck (one may mask it)
+            spared = [verdict for verdict, summary in runs[name]
+                      if not any(is_nondeterministic(rows.get(f))
+                                 for f in findings_of(name, verdict, summary))]
+            seen = sum(shown(shows[name], verdict) for verdict in spared)
+            if not spared or seen < len(spared):
                 result[name].append(f"{name} shows {shows[name][0]} '{shows[name][1]}' in {seen} "
-                                    f"of {len(runs[name])} runs (the suite's and "
+                                    f"of the {len(spared)} runs no nondeterministic cause struck "
+                                    f"({len(runs[name])} runs: the suite's and "
                                     f"{len(runs[name]) - 1} replays)")
     return result, rates
 

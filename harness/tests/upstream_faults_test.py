@@ -21,7 +21,8 @@ testing nothing. Then, in one run at world 2 on the copy:
      wrong values (I6, the consolidation of the tied-module row, whose key is a key missing);
   5. the Gloo all_gather race's symptom, planted (a persistent parameter's gathered copy changed
      in place on rank 1 after a step and after a save; a gather's copy whose other rank's elements
-     land on the modifier rank after its edit), gets the keys of the race's rows: those rows hold
+     land on the modifier rank after its edit, or after a load wrote it), gets the keys of the
+     race's rows: those rows hold
      the keys the race gives, on this DeepSpeed;
   6. the overflow skip's faults, each caught by I11 alone (the twin does not follow fp16, nor
      bf16 below stage 3, so I3 is silent by construction): in FAULTS, ZeRO-3's fp16 skip (fp16
@@ -146,11 +147,17 @@ NOT_BROADCAST = {
 # initialize` row), planted: GatheredParameters hands rank 0 a copy whose other rank's elements
 # have not arrived (zeros), and they land when the context exits, over rank 0's edit. Its key
 # must be the race's row at a gather, which is how that row's key is known to be what it gives.
+# gathered-copy-lands-after-the-load: the same, planted only in the gather of
+# load_module_state_dict (a load without optimizer states): the values before the load land over
+# what load_state_dict wrote, and rank 0 publishes them (the race's rows at a load).
 _ENTER = "        self.params[0].all_gather(param_list=self.params)\n"
 _EXIT = "    def __exit__(self, *exc):\n        if not self.enabled:\n            return\n"
 GATHERED_COPY_LATE = [
     Edit(PARTITION, _ENTER, _ENTER +
-         f"        self._zc_late = {planted('gathered-copy-lands-after-the-edit')} and dist.get_rank() == 0\n"
+         "        self._zc_late = dist.get_rank() == 0 and ("
+         f"{planted('gathered-copy-lands-after-the-edit')} or ("
+         f"{planted('gathered-copy-lands-after-the-load')} and "
+         "__import__('sys')._getframe(1).f_code.co_name == 'load_module_state_dict'))\n"
          "        if self._zc_late:\n"
          "            self._zc_arrived = [p.data.detach().clone() for p in self.params]\n"
          "            for _zc_p in self.params:\n"
@@ -327,6 +334,9 @@ FAULTS = {
                                                    PERSISTENT_COPY_AT_SAVE),
     "gathered-copy-lands-after-the-edit": ("I3", "sgd_gathered_copy_late", {
         "v0.14": GATHERED_COPY_LATE, "master": GATHERED_COPY_LATE}),
+    # (GATHERED_COPY_LATE's edits plant it too: its guard names both faults.)
+    "gathered-copy-lands-after-the-load": ("I6", "sgd_gathered_copy_late_at_load", {
+        "v0.14": [], "master": []}),
     "zero-to-fp32-value-off-by-one": ("I6", "sgd_save_zero_to_fp32_off", {
         "v0.14": ZERO_TO_FP32_OFF, "master": ZERO_TO_FP32_OFF_MASTER}),
     "backward-release-keeps-gathered-data": ("I4", "sgd_two_linears_release_skipped", {
@@ -369,13 +379,15 @@ NOT_ABLATED = {"fp16_offsets_gradient_inf_skip_not_counted", "fp16_offsets_loss_
                "sgd_gather_edit_not_broadcast", "sgd_copy_back_early", "sgd_persistent_copy_local",
                "sgd_persistent_copy_changed", "sgd_persistent_copy_changed_at_save",
                "sgd_two_linears_release_skipped", "adam_load_moments_not_restored",
-               "sgd_clip_binding", "sgd_gathered_copy_late", "sgd_save_zero_to_fp32_off"}
+               "sgd_clip_binding", "sgd_gathered_copy_late", "sgd_gathered_copy_late_at_load",
+               "sgd_save_zero_to_fp32_off"}
 ABLATED = ("I3", "I4", "I6", "I9")
 # The planted look-alikes of the Gloo all_gather race (check 5), each with the invariants whose
 # root causes must be the race's rows, and the race's bug in the table.
 RACE_LOOKALIKES = {"persistent-copy-changed-in-place-on-one-rank": ("I3", "I9"),
                    "persistent-copy-changed-in-place-at-a-save": ("I9",),
-                   "gathered-copy-lands-after-the-edit": ("I3",)}
+                   "gathered-copy-lands-after-the-edit": ("I3",),
+                   "gathered-copy-lands-after-the-load": ("I3", "I6")}
 RACE_BUG = ("ZeRO-3 on Gloo: a blocking coalesced all_gather returns before every parameter's "
             "data has arrived")
 # The root cause of KNOWN_UPSTREAM.md's stale-gradient row (its first cell): a planted wrong
@@ -567,13 +579,13 @@ def main():
     distinct = [t for titles in keys.values() for t in titles]
     check(len(set(distinct)) == len(distinct), f"no two planted faults share a key: {keys}")
     # 5. The race's symptom, planted, gets the keys of the race's rows (I9 at a step and at a
-    # save, I3's whole copy at a step).
+    # save, I3's whole copy at a step, I3 at a gathered edit, I3 and I6 at a load).
     race = sorted({c["title"] for name, invariants in RACE_LOOKALIKES.items()
                    for summary in summaries for c in summary["root_causes"]
                    if c.get("invariant") in invariants and FAULTS[name][1] in c["scenarios"]})
     print(f"root causes of the race's look-alikes: {race}")
     bugs = bug_titles()
-    check(len(race) == 4 and all(bugs.get(t) == RACE_BUG for t in race),
+    check(len(race) == 6 and all(bugs.get(t) == RACE_BUG for t in race),
           f"the race's look-alikes land on the Gloo all_gather race's rows: {race}")
     # 6. The overflow skip's faults (master): each caught by I11 alone, at stage 2.
     if overflow_faults:

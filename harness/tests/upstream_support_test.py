@@ -244,8 +244,15 @@ class CheckpointScenarios(unittest.TestCase):
         # The cause it shows, gone from one run, is no longer the deterministic bug of its row.
         self.assertEqual(len(wrong), 2, wrong)
         self.assertIn("'I3 step: known' in s: seen in 3 of 4 runs", wrong[0])
-        self.assertEqual(wrong[1],
-                         "s shows I3 'known sig' in 3 of 4 runs (the suite's and 3 replays)")
+        self.assertEqual(wrong[1], "s shows I3 'known sig' in 2 of the 3 runs no "
+                                   "nondeterministic cause struck (4 runs: the suite's and 3 "
+                                   "replays)")
+        # Missing only where a race struck (it left other values there): shown.
+        wrong, _, _ = self.judged("s", self.run_of("s", RACE), [first] * 3, shows=shows)
+        self.assertEqual(wrong, [])
+        # A race in every run leaves nothing to judge it on.
+        wrong, _, _ = self.judged("s", again, [again] * 3, shows=shows)
+        self.assertIn("in 0 of the 0 runs no nondeterministic cause struck", wrong[-1])
 
     def test_findings_of_a_run_name_causes_limits_and_the_rest(self):
         sums = summary(("I3 step: known", ["a"]), limits=[("op forward: RecursionError", ["a"])])

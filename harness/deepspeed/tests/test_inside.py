@@ -436,6 +436,43 @@ class Capture(unittest.TestCase):
         observed = capture.take()
         self.assertEqual(observed.restored_by["values"]["w"][1], "_rigid_load_state_dict")
 
+    def test_a_shard_not_published_as_the_load_wrote_it_was_written_by_the_gather(self):
+        optimizer = FakeStage3()
+        param = optimizer.fp16_groups[0][0]
+        param.ds_numel, param.dtype = 3, torch.float32
+
+        class Engine:
+            """load_module_state_dict as ZeRO-3 runs it, at world 1: the state dict written into
+            the gathered copy, which is published into the shard; `late`: the gather's copy of
+            the values before the load lands over part of the write first (the Gloo race)."""
+            late = False
+
+            def load_module_state_dict(self, checkpoint, strict=True, custom_load_fn=None,
+                                       fetch_z3_params=False):
+                before, written = param.ds_tensor.clone(), checkpoint["module"]["w"]
+                if written.numel() == param.ds_numel:  # a placeholder is written nowhere
+                    param.ds_tensor.copy_(written)
+                if self.late:
+                    param.ds_tensor[1:].copy_(before[1:])
+        engine = Engine()
+        capture = zero3_inside.Zero3Inside(optimizer, {id(param): "w"}, engine)
+        engine.load_module_state_dict({"module": {"w": torch.tensor([5.0, 6.0, 7.0])}},
+                                      fetch_z3_params=True)
+        self.assertEqual(capture.published_late, [])
+        self.assertEqual(capture.take().restored_by["values"]["w"][1], "load_module_state_dict")
+        engine.late = True
+        engine.load_module_state_dict({"module": {"w": torch.tensor([1.0, 2.0, 3.0])}},
+                                      fetch_z3_params=True)
+        self.assertEqual(capture.published_late, ["w"])
+        self.assertEqual(capture.take().restored_by["values"]["w"], inside.GATHERED_LATE)
+        # Without fetch_z3_params nothing was gathered (the optimizer's load restores the shards
+        # after it): not compared.
+        engine.load_module_state_dict({"module": {"w": torch.tensor([4.0, 4.0, 4.0])}})
+        self.assertEqual(capture.published_late, [])
+        # A placeholder of another size (ZeRO-3's module-only checkpoint) is not compared.
+        engine.load_module_state_dict({"module": {"w": torch.empty(0)}}, True, None, True)
+        self.assertEqual(capture.published_late, [])
+
     def test_a_recording_that_raises_switches_the_capture_off_not_the_engine(self):
         optimizer, param, capture = self.make()
         optimizer.fp32_partitioned_groups_flat = [torch.zeros(1)]  # too short to slice

@@ -54,6 +54,35 @@ class I9Keys(unittest.TestCase):
         self.assertNotIn("I9 step: whole_copy", table)
 
 
+class I6LoadKeys(unittest.TestCase):
+    """A load's I6 findings: the wrong state they equal is the cause, unless the shard is not what
+    the load wrote into the gathered copy (the Gloo race at a load): then the gather is, whatever
+    value the late copy left."""
+    saved = {("0.w", "value"): torch.tensor([1.0, 2.0]), ("0.v", "value"): torch.tensor([1.0])}
+    other = {("0.w", "value"): torch.tensor([3.0, 4.0]), ("0.v", "value"): torch.tensor([3.0])}
+    before = {("0.w", "value"): torch.tensor([5.0, 6.0]), ("0.v", "value"): torch.tensor([5.0])}
+
+    def keys(self, actual, late=()):
+        found = checkpoints.compare(4, "load", self.saved, actual,
+                                    [("t2", "another save's value", self.other),
+                                     ("before", "the value before the load", self.before)])
+        found = checkpoints.published_late(found, list(late))
+        return {f.param: root_causes.cause_title(dict(asdict(f), signature="s")) for f in found}
+
+    def test_a_wrong_save_loaded_is_named_by_that_save(self):
+        keys = self.keys(self.other)
+        self.assertEqual(set(keys.values()), {"I6 load: restores another save's value"})
+
+    def test_a_shard_the_gather_changed_is_the_gathers_whatever_value_it_holds(self):
+        mixed = {("0.w", "value"): torch.tensor([3.0, 6.0]), ("0.v", "value"): torch.tensor([3.0])}
+        keys = self.keys(mixed, late=["0.w"])
+        race = ("I6 load: the shard is not what the load wrote into the gathered copy: "
+                "deepspeed/runtime/zero/partition_parameters.py GatheredParameters.__enter__()")
+        self.assertEqual(keys, {"w": race, "v": "I6 load: restores another save's value"})
+        self.assertEqual(self.keys(self.before, late=["0.w", "0.v"]), {"w": race, "v": race})
+        self.assertIn(race, root_causes.known_upstream())
+
+
 class I4Keys(unittest.TestCase):
     def test_the_rule_and_who_last_wrote_the_storage(self):
         kept = root_causes.cause_title(i4("deepspeed/runtime/zero/parameter_offload.py "

@@ -61,6 +61,12 @@ class Adapter:
         causes (an oracles/inside.py Observed), or None when the adapter cannot read it."""
         return None
 
+    def published_late(self, engine):
+        """The parameters (names) whose shard, after the last load, is not this rank's part of
+        the state dict the load wrote into their gathered copies: a copy changed between the
+        write and its publication (I6's root cause). Empty where the adapter cannot tell."""
+        return []
+
     def upstream_package(self):
         """The engine's code (a package folder or one file): provenance.py attributes writes and
         exceptions to its innermost frame inside it. Here: this file (the test adapters)."""

@@ -125,6 +125,10 @@ class DeepSpeedAdapter(Adapter):
         capture = self._inside.get(id(engine))
         return capture.take() if capture is not None else None
 
+    def published_late(self, engine):
+        capture = self._inside.get(id(engine))
+        return list(capture.published_late) if capture is not None else []
+
     def is_refusal(self, exception):
         # DeepSpeed's own refusal, as the guarded deepspeed.initialize proposed upstream raises
         # it; the rule is I5's (oracles/fingerprint.py), the repro scripts' too.

@@ -20,6 +20,12 @@ exists; the fields a method changed (values, fp32 master, each optimizer state f
 parameter) were restored by it, and after a load the capture hands over every field as it ends
 with the method that restored it (None: none did).
 
+`load_module_state_dict` writes the state dict into copies that `GatheredParameters(...,
+modifier_rank=0)` gathered and publishes rank 0's at its exit. After it returns each rank compares
+its shard with its part of the state dict it was given: a shard that differs was changed between
+the write and the publication (on Gloo, a gather of `__enter__` landing after the write), and its
+values were last written by that gather, not by the load (`published_late`).
+
 Reading is bounded: a method or field missing (another version, offload, swapping) leaves its
 quantity unread, and a recording that raises switches the capture off for good, saying why;
 the wrapped method always runs and its result or exception is the engine's own.
@@ -29,7 +35,7 @@ import functools
 
 import torch
 
-from ..oracles.inside import ENGINE, STAGE3, Observed
+from ..oracles.inside import ENGINE, GATHERED_LATE, STAGE3, Observed, this_ranks_part
 
 # The methods wrapped, each with when it records (before, after or both).
 _WRAPPED = ("reduce_ready_partitions_and_remove_grads", "partition_grads", "_prepare_sub_group",
@@ -66,6 +72,8 @@ class Zero3Inside:
         self._restores = []  # (field, name) in the order restored (nested methods: the inner's)
         self._before_load = {}  # the fields before the load's first method
         self._ran = []  # the load methods run since the last take(): (file, method)
+        # The parameters whose shard the last load_module_state_dict did not publish as written.
+        self.published_late = []
         for owner, methods, file in ((optimizer, _LOAD_OPTIMIZER, STAGE3),
                                      (engine, _LOAD_ENGINE, ENGINE)):
             for method in methods:  # (a dict: the method -> the fields it restores)
@@ -112,8 +120,13 @@ class Zero3Inside:
             if self._restored is None and before:  # the load's first method
                 self._restored, self._before_load, self._ran = {}, before[0], []
             self._ran.append((file, method))
+            given = _module_state_dict(method, args, kwargs)
+            if method in _LOAD_ENGINE:  # a new load of the module: what the last one left goes
+                self.published_late = []
             result = original(*args, **kwargs)
             self._safely(lambda: self._note_restored(before, mark, file, method), ())
+            if given is not None:
+                self._safely(lambda: self._note_published(given), ())
             return result
         return wrapper
 
@@ -188,6 +201,25 @@ class Zero3Inside:
                 self._restored.setdefault(field_name, {})[name] = (file, method)
                 self._restores.append((field_name, name))
 
+    def _note_published(self, state_dict):
+        """Each parameter whose shard is not this rank's part of what load_module_state_dict
+        wrote into its gathered copy (cast to the parameter's dtype, as `copy_` casts): the
+        published copy changed after the write. A value of another size (ZeRO-3's placeholders in
+        a module-only checkpoint) was not written into a gathered copy and is not compared."""
+        import torch.distributed as dist
+        for group in self._optimizer.fp16_groups:
+            for p in group:
+                name, value = self._name(p), state_dict.get(self._name(p))
+                if name is None or not torch.is_tensor(value) or value.numel() != p.ds_numel:
+                    continue
+                group_of = getattr(p, "ds_process_group", None)
+                rank, size = ((dist.get_rank(group=group_of), dist.get_world_size(group=group_of))
+                              if dist.is_initialized() else (0, 1))
+                written = this_ranks_part(value.detach().to(p.dtype), rank, size)
+                shard = p.ds_tensor.detach().reshape(-1).float()[:written.numel()]
+                if not _same(written, shard):
+                    self.published_late.append(name)
+
     def _hand_over_load(self, observed):
         """Every field as the load left it, and who restored it. A field that changed over the
         whole load though no method was seen changing it (on Gloo a collective's data can land
@@ -203,6 +235,8 @@ class Zero3Inside:
                 last = [run for run in self._ran if _restores(run[1], field_name)]
                 if last:
                     restored.setdefault(field_name, {})[name] = last[-1]
+        for name in self.published_late:  # the gather wrote them last, whatever the load did
+            restored.setdefault("values", {})[name] = GATHERED_LATE
         observed.loaded, observed.restored_by = final, restored
         self._restored, self._restores, self._before_load, self._ran = None, [], {}, []
 
@@ -264,6 +298,20 @@ def capture(engine):
         return None, "an offloaded optimizer keeps its gradients elsewhere"
     names = {id(p): name for name, p in module.named_parameters()}
     return Zero3Inside(optimizer, names, engine), None
+
+
+def _module_state_dict(method, args, kwargs):
+    """The module state dict a load_module_state_dict call writes into gathered copies (None:
+    another method, a call that gathers nothing, fetch_z3_params false as with optimizer states,
+    or a custom_load_fn that writes it its own way)."""
+    if method != "load_module_state_dict" or kwargs.get("custom_load_fn") is not None:
+        return None
+    fetch = kwargs.get("fetch_z3_params", args[3] if len(args) > 3 else False)
+    if not fetch and kwargs.get("z3_params_to_fetch") is None:
+        return None
+    checkpoint = args[0] if args else kwargs.get("checkpoint")
+    state = checkpoint.get("module") if isinstance(checkpoint, dict) else None
+    return state if isinstance(state, dict) else None
 
 
 def _restores(method, field_name):

@@ -28,8 +28,10 @@ DeepSpeed habit seen through forty attribute names is one row. The key:
   every rank (a collective that went wrong) is one cause, different functions (a rank whose value
   came another way) another. Without the audit (`--no-audit`) or an upstream write, the field
   alone;
-- I6: after a load whose values equal another known state (another save's, the one before the
-  load), that state, whatever the field; a consolidated state dict and what is wrong in it (a key
+- I6: after a load whose shard is not what the load wrote into the parameter's gathered copy
+  (the copy changed before it was published), the gather that handed the copy over; after a load
+  whose values equal another known state (another save's, the one before the load), that state,
+  whatever the field; a consolidated state dict and what is wrong in it (a key
   missing, a key too many, a shape, a value that differs); otherwise the field;
 - a finding that follows from an earlier failure of its scenario (its `after`): that failure's
   cause. The user's forward (an operation's, or I5's after a repeated initialize) on what a
@@ -86,6 +88,11 @@ def cause_title(finding, first_i3=None):
     if invariant == "I3":
         return _i3_title(finding, suffix)
     actual = finding.get("actual")
+    if invariant == "I6" and origin and origin.get("action") == "published late":
+        # Whatever value the late gather left (the one before the load, a mix of the ranks'
+        # parts), the gather is the cause, not a load of the wrong state.
+        return (f"I6 {finding.get('op') or 'build'}: the shard is not what the load wrote into "
+                f"the gathered copy: {origin['file']} {origin['function']}(){suffix}")
     if invariant == "I6" and isinstance(actual, dict) and actual.get("same_as"):
         # One wrong load shows in every field it restores (values, fp32 masters, moments): what
         # the wrong state is tells one bug from another, the field does not.

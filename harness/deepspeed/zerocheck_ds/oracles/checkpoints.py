@@ -24,6 +24,7 @@ import torch
 from ..findings.verdict import DIFFERS_FROM_THE_TWIN, Finding
 from ..world.exchange import ExchangeError
 from .engine_state import StateUnavailable
+from .inside import GATHERED_LATE
 from .numerics import difference, describe_gap
 
 # The fields a load restores from the checkpoint whatever its options; every other field is
@@ -54,6 +55,10 @@ class CheckpointChecks:
 
         Raises Unreadable when any rank could not read its state (every rank raises alike).
         """
+        return self._read(engine, adapter)[0]
+
+    def _read(self, engine, adapter, note=None):
+        """(read()'s state, [each rank's `note`]): a note travels with the layout's exchange."""
         mine, error = {}, None
         try:
             mine = adapter.checkpoint_state(engine) if engine is not None else {}
@@ -63,7 +68,7 @@ class CheckpointChecks:
             error = f"reading the checkpoint state raised {type(e).__name__}: {e}"
         layout = {key: (t.numel(), whole) for key, (t, whole) in mine.items()}
         try:
-            everyone = self._exchange.objects({"layout": layout, "error": error})
+            everyone = self._exchange.objects({"layout": layout, "error": error, "note": note})
         except ExchangeError as e:
             raise Unreadable(str(e)) from e
         errors = [f"rank {r}: {s['error']}" for r, s in enumerate(everyone) if s["error"]]
@@ -93,7 +98,8 @@ class CheckpointChecks:
             else:
                 out[key] = torch.cat([g[offset:offset + size] for g in gathered])[:whole].clone()
             offset += size
-        return {key: value for key, value in out.items() if value is not None}
+        return ({key: value for key, value in out.items() if value is not None},
+                [s.get("note") for s in everyone])
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -164,7 +170,7 @@ class CheckpointChecks:
         `before`), when it is one of them."""
         try:
             try:
-                actual = self.read(engine, adapter)
+                actual, notes = self._read(engine, adapter, adapter.published_late(engine))
             except Unreadable as e:
                 self.tally.skip("I6", f"the state could not be read after the load: {e}")
                 return []
@@ -185,7 +191,8 @@ class CheckpointChecks:
                 # those masters are the old values widened, not the old masters.
                 others += [("what it held before the load", "the value before the load", state)
                            for state in (before, masters_from_values(before))]
-            return compare(index, op, expected, actual, others)
+            return published_late(compare(index, op, expected, actual, others),
+                                  sorted({name for note in notes for name in note or ()}))
         except Exception:  # noqa: BLE001
             return [self._check_failed(index, op)]
 
@@ -195,6 +202,22 @@ class CheckpointChecks:
                        message=f"zerocheck's I6 check after op {index} ({op}) raised "
                                f"{text.strip().splitlines()[-1]}: a bug of the harness, not of "
                                f"the engine")
+
+
+def published_late(findings, names):
+    """`findings` with each one of a parameter of `names` (whose shard some rank found not as the
+    load wrote it into the gathered copy: adapter.published_late) given that origin: on Gloo the
+    gather landing after the write, whatever value it then shows (the one before the load, or a
+    mix of ranks' parts), is its root cause."""
+    for finding in findings:
+        name = f"{finding.module_path}.{finding.param}" if finding.module_path else finding.param
+        if name in names:
+            finding.origin = {"action": "published late", "file": GATHERED_LATE[0],
+                              "function": GATHERED_LATE[1]}
+            finding.message += (" (the shard is not what load_module_state_dict wrote into the "
+                                "gathered copy: the copy changed before GatheredParameters "
+                                "published it)")
+    return findings
 
 
 def expected_after_load(saved, before, optimizer_states=True, module_only=False):

@@ -33,6 +33,9 @@ STAGE3 = "deepspeed/runtime/zero/stage3.py"
 ENGINE = "deepspeed/runtime/engine.py"
 PARTITION = "deepspeed/runtime/zero/partition_parameters.py"
 GATHER_FUNCTION = "GatheredParameters.__enter__"  # where the user's whole copy comes from
+# Who last wrote a shard that a load did not publish as it wrote it into the gathered copy
+# (engines/zero3_inside.py): on Gloo, the gather of GatheredParameters' entry landing late.
+GATHERED_LATE = (PARTITION, GATHER_FUNCTION)
 
 
 @dataclass(frozen=True)
