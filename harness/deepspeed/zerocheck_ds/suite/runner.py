@@ -129,6 +129,8 @@ def main(argv=None):
         print(f"{PROG}: error: cannot start torch.distributed: {type(e).__name__}: {e}",
               file=sys.stderr)
         return EXIT_USAGE
+    from .heap import freeze_what_is_imported
+    freeze_what_is_imported()
     try:
         return _run_all(args, scenarios, adapter, world, world_module, exchange)
     finally:

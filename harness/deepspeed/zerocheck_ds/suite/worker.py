@@ -134,6 +134,9 @@ def main(argv):
     except Exception as e:  # noqa: BLE001 - joining the group failed (port taken, peer gone)
         replies.send(error=f"cannot start torch.distributed: {type(e).__name__}: {e}")
         return 2
+    from .heap import freeze_what_is_imported
+    print(f"zerocheck_ds worker: {freeze_what_is_imported()} objects of the imports frozen "
+          f"(out of the garbage collector's scans)", flush=True)
     audit = None
     if not args.no_audit:
         from ..engines.provenance import Audit

@@ -60,6 +60,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def launcher_environment(world):
+    """What DeepSpeed's launcher exports and a rank here would lack: LOCAL_SIZE, the node's
+    process count (launcher/launch.py), the world's since every rank runs on this machine.
+    Without it DeepSpeed's CPU accelerator answers device_count() by running `numactl
+    --hardware` (a fork of the rank) on every call, and ZeRO-3 calls it at every gradient
+    reduce (stage3.py __avg_scatter_grads). A launcher's own value is kept."""
+    os.environ.setdefault("LOCAL_SIZE", str(world.world_size))
+
+
 def start(world, need_group, timeout=60.0):
     """Initialises torch.distributed when `need_group` (a no-op when already initialised).
 
@@ -73,6 +82,7 @@ def start(world, need_group, timeout=60.0):
 
     if not need_group or dist.is_initialized():
         return
+    launcher_environment(world)
     if world.world_size == 1:
         # A one-rank group still rendezvouses through env://; give it a private address.
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
