@@ -155,7 +155,7 @@ def judged(firsts, replay, holds, shows, rows):
             runs[name].append(found[name])
         return {name: findings_of(name, *found[name]) for name in names}
     rates, result = [], {name: [] for name in firsts}
-    for name, found in replayed(looks, again).items():
+    for name, found in replayed(looks, again, rows=rows).items():
         mine = rates_of(name, found, rows)
         rates += mine
         result[name] = [w for w in (judge(r, rows.get(r.finding), new_invariant(r.finding),

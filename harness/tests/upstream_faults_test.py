@@ -445,7 +445,8 @@ def unmasked(summaries, rows, replay):
     cause KNOWN_UPSTREAM.md triages as nondeterministic judged on a run where none struck: I3
     names only the first place the twin parts, so the Gloo race striking first (a save before
     the fault's load) hides the fault's own cause. Such a scenario is replayed apart, every one of
-    upstream_rates.REPLAYS times (replay(names, attempt) -> a summary); the rate is printed, and
+    upstream_rates.REPLAYS times (replay(names, attempt) -> a summary), and again, up to
+    upstream_rates.EXTRA_REPLAYS times, while it struck in every run; the rate is printed, and
     its causes are taken from the first run the race spared. Fails when it struck in every run."""
     lookalikes = {FAULTS[name][1] for name in RACE_LOOKALIKES}
     planted_scenarios = {scenario for _, scenario, _ in FAULTS.values()} - lookalikes
@@ -463,7 +464,8 @@ def unmasked(summaries, rows, replay):
         again[attempt] = replay(names, attempt)
         return {name: titles(again[attempt], name) for name in names}
     runs = replayed({name: (set().union(*(titles(s, name) for s in summaries)),
-                            "a nondeterministic cause struck") for name in masked}, replay_apart)
+                            "a nondeterministic cause struck") for name in masked}, replay_apart,
+                    rows=rows)
     out = [dict(s, root_causes=[dict(c, scenarios=[n for n in c["scenarios"] if n not in masked])
                                 for c in s["root_causes"]]) for s in summaries]
     for name in masked:

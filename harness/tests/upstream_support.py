@@ -201,7 +201,7 @@ def judge_new_causes(summary, rows, replay, rates_path):
     def causes_again(names, attempt):
         again = replay(names, attempt)
         return {n: new_causes(again, n) for n in names}
-    runs = replayed(firsts, causes_again)
+    runs = replayed(firsts, causes_again, rows=rows)
     rates = [rate for name in sorted(runs) for rate in rates_of(name, runs[name], rows)]
     failures = [why for why in (judge(r, rows.get(r.finding), needs_row=True) for r in rates)
                 if why]
